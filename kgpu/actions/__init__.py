@@ -1,0 +1,1 @@
+"""Steps of a scheduling session: enqueue, allocate, backfill, preempt, reclaim."""

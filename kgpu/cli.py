@@ -1,0 +1,97 @@
+"""The ``kgpu`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from kgpu.config import POLICIES, ProfileError
+from kgpu.sim.openb import TraceError
+
+console = Console()
+
+
+def _progress() -> Progress:
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    )
+
+
+@click.group()
+@click.version_option(package_name="kgpu")
+def main() -> None:
+    """kgpu: a GPU-aware batch scheduler for Kubernetes, and its trace simulator."""
+
+
+@main.group()
+def simulate() -> None:
+    """Place a workload on a cluster offline, through the same core as the live scheduler."""
+
+
+@simulate.command("openb")
+@click.option("--nodes", "nodes_csv", required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--pods", "pods_csv", required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--policy", default="kgpu", show_default=True, help=f"one of {', '.join(POLICIES)}")
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option(
+    "--tune",
+    default=1.3,
+    show_default=True,
+    type=float,
+    help="scale the workload to this multiple of the cluster's GPU capacity",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="write the result (curve included) as JSON to this file",
+)
+def simulate_openb(
+    nodes_csv: Path, pods_csv: Path, policy: str, seed: int, tune: float, json_out: Path | None
+) -> None:
+    """Replay an openb trace (Alibaba cluster-trace-gpu-v2023) as the FGD paper does."""
+    from kgpu.sim.openb_run import run_openb
+
+    if tune <= 0:
+        raise click.BadParameter(
+            f"--tune is {tune}, expected a positive number", param_hint="--tune"
+        )
+    with _progress() as bar:
+        task = bar.add_task(f"{policy} seed {seed}", total=None)
+        try:
+            run = run_openb(
+                nodes_csv,
+                pods_csv,
+                policy,
+                seed,
+                tune,
+                progress=lambda k: bar.advance(task, k),
+                on_start=lambda n: bar.update(task, total=n),
+            )
+        except (ProfileError, TraceError) as exc:
+            raise click.ClickException(str(exc)) from exc
+    data = run.to_json()
+    console.print(
+        f"policy={data['policy']} seed={seed} tune={tune} pods={data['pods']} "
+        f"failed={data['failed_pods']} total_gpus={data['total_gpus']} "
+        f"final_gpu_alloc={data['final_gpu_alloc_pct']:.2f}% "
+        f"frag={data['frag_gpu_pct']:.2f}% elapsed={data['elapsed_s']:.2f}s"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(data, indent=1))
+        console.print(f"wrote {json_out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The scheduling framework: extension points, status, profiles, registry, the cycle."""

@@ -1,0 +1,100 @@
+"""Extension points, one Protocol each; a plugin implements only those it needs.
+
+Filters and scores work on arrays of node indices, not on one node at a time: a cycle over
+thousands of nodes is then a handful of numpy operations. A plugin's verdict and score for a
+node must depend only on that node's state and the pod's ``shape`` (``node_local``), which
+lets the framework keep them between pods of the same shape and recompute only the nodes
+that changed. A plugin whose score is not node-local (random tie-breaking, say) sets
+``cacheable = False`` and is asked again every cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from kgpu.framework.cycle import CycleState
+from kgpu.framework.status import Reason, Status
+from kgpu.model.pod import PodSpec
+from kgpu.state.cluster import ClusterState
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True)
+class Verdicts:
+    """A filter's answer for the nodes it was given: which pass, and why the others don't.
+
+    ``rejected`` pairs a reason with the mask of given nodes it rejected; masks are disjoint
+    and together cover exactly the nodes where ``ok`` is False.
+    """
+
+    ok: BoolArray
+    rejected: list[tuple[Reason, BoolArray]] = field(default_factory=list)
+
+    @staticmethod
+    def all_pass(count: int) -> Verdicts:
+        return Verdicts(np.ones(count, dtype=np.bool_))
+
+    def reject(self, reason: Reason, mask: BoolArray) -> None:
+        """Reject ``mask`` for ``reason``; nodes already rejected keep their first reason."""
+        new = mask & self.ok
+        if new.any():
+            self.rejected.append((reason, new))
+            self.ok &= ~new
+
+
+class Plugin(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(self, cycle: CycleState, pod: PodSpec) -> Status:
+        """Check the pod alone (and compute what Filter needs); non-success ends the cycle."""
+        ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
+        """Say which of ``nodes`` can run the pod."""
+        ...
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    cacheable: bool
+
+    def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        """Raw scores of feasible ``nodes``; higher is better."""
+        ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(ScorePlugin, Protocol):
+    def normalize(self, scores: FloatArray) -> FloatArray:
+        """Map the raw scores of all feasible nodes of one cycle onto 0..100."""
+        ...
+
+
+@runtime_checkable
+class GpuChoicePlugin(Plugin, Protocol):
+    def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
+        """Pick the GPU slots of ``node`` the pod gets; the node is known to fit."""
+        ...
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, cycle: CycleState, pod: PodSpec, node: int) -> Status: ...
+
+    def unreserve(self, cycle: CycleState, pod: PodSpec, node: int) -> None:
+        """Undo ``reserve`` exactly; called in reverse order when a later point fails."""
+        ...

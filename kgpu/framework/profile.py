@@ -1,0 +1,30 @@
+"""A profile names the plugins of each extension point, their weights and arguments.
+
+Profiles are plain data (validated by pydantic) so they can be written in YAML, stored
+beside a replay's results and compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class WeightedPlugin(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    weight: float = Field(default=1.0, gt=0)
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    name: str
+    description: str = ""
+    pre_filters: tuple[str, ...] = Field(default=(), alias="preFilters")
+    filters: tuple[str, ...] = ()
+    scores: tuple[WeightedPlugin, ...] = ()
+    gpu_choice: str = Field(alias="gpuChoice")
+    plugin_args: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="pluginArgs")

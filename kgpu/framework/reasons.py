@@ -1,0 +1,18 @@
+"""Every reason a filter gives for rejecting a node, in one place so that reports,
+events and metrics use the same codes and phrases."""
+
+from kgpu.framework.status import Reason
+
+INSUFFICIENT_CPU = Reason("InsufficientCPU", "insufficient cpu")
+INSUFFICIENT_MEMORY = Reason("InsufficientMemory", "insufficient memory")
+TOO_MANY_PODS = Reason("TooManyPods", "too many pods")
+NO_GPU = Reason("NoGPU", "node(s) had no GPU")
+GPU_MODEL_MISMATCH = Reason("GPUModelMismatch", "node(s) had a GPU model the pod does not allow")
+INSUFFICIENT_GPU = Reason("InsufficientGPU", "insufficient GPU")
+INSUFFICIENT_GPU_SHARE = Reason(
+    "InsufficientGPUShare", "node(s) had no single GPU with enough free share"
+)
+NODE_SELECTOR_MISMATCH = Reason("NodeSelectorMismatch", "node(s) didn't match node selector")
+UNTOLERATED_TAINT = Reason("UntoleratedTaint", "node(s) had untolerated taint")
+NODE_UNSCHEDULABLE = Reason("NodeUnschedulable", "node(s) were unschedulable")
+INVALID_REQUEST = Reason("InvalidRequest", "invalid request")

@@ -1,0 +1,1 @@
+"""Typed, Kubernetes-free data: resources, GPU requests, nodes, pods, taints."""

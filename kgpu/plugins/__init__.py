@@ -1,0 +1,1 @@
+"""Plugins, one module each, named for what they decide."""

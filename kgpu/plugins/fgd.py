@@ -1,0 +1,62 @@
+"""FGD: place the pod where the cluster's expected fragmentation grows least.
+
+Fragmentation gradient descent (Weng et al., ATC'23). The score of a node is
+int(100 × sigmoid(ΔF / 1000)) where ΔF is the node's fragmentation before minus after the
+placement (``fragmentation.FragmentModel``); a share of one GPU is tried on every GPU that
+fits and the node takes the best of those integer scores. The GPU choice repeats that
+computation on the chosen node and takes the lowest-index GPU with the best score.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kgpu.framework.cycle import CycleState
+from kgpu.framework.interfaces import FloatArray, GpuChoicePlugin, IntArray, ScorePlugin
+from kgpu.model.pod import PodSpec
+from kgpu.plugins import names
+from kgpu.plugins.fragmentation import FragmentModel, TypicalPod
+from kgpu.plugins.gpu_choice import lowest_idle_gpus
+from kgpu.state.cluster import ClusterState
+
+
+def sigmoid_score(decrease: FloatArray) -> FloatArray:
+    with np.errstate(over="ignore"):
+        return np.trunc(100.0 / (1.0 + np.exp(-decrease / 1000.0)))
+
+
+class FgdScore:
+    name = names.FGD
+    cacheable = True
+
+    def __init__(self, typical: list[TypicalPod]) -> None:
+        self.typical = typical
+        self._model: FragmentModel | None = None
+        self._bound_to = 0
+
+    def model(self, state: ClusterState) -> FragmentModel:
+        if self._model is None or self._bound_to != id(state):
+            self._model = FragmentModel(self.typical, state)
+            self._bound_to = id(state)
+        return self._model
+
+    def per_gpu_scores(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        """Scores (K,G) of a share placed on each GPU; -1 where it does not fit."""
+        decrease = self.model(state).decrease_if_shared(state, pod, nodes)
+        return np.where(np.isfinite(decrease), sigmoid_score(decrease), -1.0)
+
+    def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        state = cycle.state
+        if pod.gpu.is_shared:
+            return np.asarray(self.per_gpu_scores(state, pod, nodes).max(axis=1))
+        return sigmoid_score(self.model(state).decrease_if_whole(state, pod, nodes))
+
+    def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
+        if pod.gpu.is_shared:
+            scores = self.per_gpu_scores(state, pod, np.array([node], dtype=np.int64))[0]
+            return (int(np.argmax(scores)),)
+        return lowest_idle_gpus(state, node, pod.gpu.count)
+
+
+_: type[ScorePlugin] = FgdScore
+_g: type[GpuChoicePlugin] = FgdScore

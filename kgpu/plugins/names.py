@@ -1,0 +1,19 @@
+"""Every plugin name, in one place: profiles, reports and the registry use these."""
+
+from typing import Final
+
+NODE_UNSCHEDULABLE: Final = "NodeUnschedulable"
+NODE_SELECTOR: Final = "NodeSelector"
+TAINT_TOLERATION: Final = "TaintToleration"
+NODE_RESOURCES_FIT: Final = "NodeResourcesFit"
+GPU_FIT: Final = "GpuFit"
+GPU_TIGHTEST: Final = "GpuTightest"
+GPU_RANDOM: Final = "GpuRandom"
+
+RANDOM: Final = "RandomScore"
+DOT_PRODUCT: Final = "DotProduct"
+GPU_CLUSTERING: Final = "GpuClustering"
+GPU_PACKING: Final = "GpuPacking"
+BEST_FIT: Final = "BestFit"
+FGD: Final = "FGD"
+KGPU_PACK: Final = "KgpuFragPack"

@@ -1,0 +1,101 @@
+"""The plugin registry: plugin names to factories, and profiles turned into schedulers.
+
+Built by a function, never by import side effects, so a test or an embedding program can
+start from ``default_registry()`` and add or replace plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgpu.framework.interfaces import (
+    FilterPlugin,
+    GpuChoicePlugin,
+    PreFilterPlugin,
+    ScorePlugin,
+)
+from kgpu.framework.profile import Profile
+from kgpu.framework.scheduler import Scheduler
+from kgpu.plugins import names
+from kgpu.plugins.best_fit import BestFit
+from kgpu.plugins.dot_product import DotProduct
+from kgpu.plugins.fgd import FgdScore
+from kgpu.plugins.fragmentation import TypicalPod
+from kgpu.plugins.gpu_choice import GpuRandom, GpuTightest
+from kgpu.plugins.gpu_clustering import GpuClustering
+from kgpu.plugins.gpu_fit import GpuFit
+from kgpu.plugins.gpu_packing import GpuPacking
+from kgpu.plugins.kgpu_pack import KgpuFragPack
+from kgpu.plugins.node_basics import NodeSelector, NodeUnschedulable, TaintToleration
+from kgpu.plugins.random_score import RandomScore
+from kgpu.plugins.resource_fit import NodeResourcesFit
+
+
+@dataclass(frozen=True, slots=True)
+class PluginContext:
+    """What plugins may need beyond their arguments: the run's seed and the workload's
+    typical pods (for fragmentation-aware scores)."""
+
+    seed: int = 0
+    typical_pods: list[TypicalPod] = field(default_factory=list)
+
+
+Factory = Callable[[Mapping[str, Any], PluginContext], object]
+
+
+class UnknownPluginError(KeyError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown plugin {name!r}; known plugins: {', '.join(sorted(known))}")
+
+
+def default_registry() -> dict[str, Factory]:
+    return {
+        names.NODE_UNSCHEDULABLE: lambda a, c: NodeUnschedulable(),
+        names.NODE_SELECTOR: lambda a, c: NodeSelector(),
+        names.TAINT_TOLERATION: lambda a, c: TaintToleration(),
+        names.NODE_RESOURCES_FIT: lambda a, c: NodeResourcesFit(),
+        names.GPU_FIT: lambda a, c: GpuFit(),
+        names.GPU_TIGHTEST: lambda a, c: GpuTightest(),
+        names.GPU_RANDOM: lambda a, c: GpuRandom(seed=c.seed + 1),
+        names.RANDOM: lambda a, c: RandomScore(seed=c.seed),
+        names.DOT_PRODUCT: lambda a, c: DotProduct(),
+        names.GPU_CLUSTERING: lambda a, c: GpuClustering(),
+        names.GPU_PACKING: lambda a, c: GpuPacking(),
+        names.BEST_FIT: lambda a, c: BestFit(),
+        names.FGD: lambda a, c: FgdScore(c.typical_pods),
+        names.KGPU_PACK: lambda a, c: KgpuFragPack(c.typical_pods, **a),
+    }
+
+
+def build_scheduler(
+    profile: Profile,
+    context: PluginContext | None = None,
+    registry: Mapping[str, Factory] | None = None,
+) -> Scheduler:
+    """Instantiate each plugin of the profile once and wire it to its extension points."""
+    registry = registry if registry is not None else default_registry()
+    context = context or PluginContext()
+    instances: dict[str, object] = {}
+
+    def get(name: str) -> object:
+        if name not in instances:
+            if name not in registry:
+                raise UnknownPluginError(name, list(registry))
+            instances[name] = registry[name](profile.plugin_args.get(name, {}), context)
+        return instances[name]
+
+    def typed(name: str, point: type[Any]) -> Any:
+        plugin = get(name)
+        if not isinstance(plugin, point):
+            raise TypeError(f"plugin {name!r} cannot serve as {point.__name__}")
+        return plugin
+
+    pre_filters: list[PreFilterPlugin] = [typed(n, PreFilterPlugin) for n in profile.pre_filters]
+    filters: list[FilterPlugin] = [typed(n, FilterPlugin) for n in profile.filters]
+    scores: list[tuple[ScorePlugin, float]] = [
+        (typed(s.name, ScorePlugin), s.weight) for s in profile.scores
+    ]
+    gpu_choice: GpuChoicePlugin = typed(profile.gpu_choice, GpuChoicePlugin)
+    return Scheduler(pre_filters, filters, scores, gpu_choice)

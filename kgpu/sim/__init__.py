@@ -1,0 +1,1 @@
+"""The trace-driven simulator: traces in, the same core, allocation curves and reports out."""

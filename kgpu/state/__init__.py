@@ -1,0 +1,1 @@
+"""ClusterState: the mutable snapshot that a session reads and changes."""

@@ -1,0 +1,100 @@
+"""Fluent builders for test objects: ``make_pod("a").gpus(2)``, ``make_node("n").gpus(8, "A100")``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from kgpu.model.gpu import NO_GPU, GpuRequest
+from kgpu.model.node import NodeInfo, NodeName
+from kgpu.model.pod import PodKey, PodSpec
+from kgpu.model.taints import Effect, Taint, Toleration
+
+
+@dataclass
+class PodBuilder:
+    spec: PodSpec
+
+    def cpu(self, milli: int) -> PodBuilder:
+        return PodBuilder(replace(self.spec, cpu_milli=milli))
+
+    def memory(self, mib: int) -> PodBuilder:
+        return PodBuilder(replace(self.spec, memory_mib=mib))
+
+    def gpus(self, count: int, *models: str) -> PodBuilder:
+        gpu = GpuRequest(count, 1000 if count else 0, models) if count else NO_GPU
+        return PodBuilder(replace(self.spec, gpu=gpu))
+
+    def share(self, milli: int, *models: str) -> PodBuilder:
+        return PodBuilder(replace(self.spec, gpu=GpuRequest(1, milli, models)))
+
+    def selector(self, key: str, value: str) -> PodBuilder:
+        return PodBuilder(
+            replace(self.spec, node_selector=(*self.spec.node_selector, (key, value)))
+        )
+
+    def tolerate(self, key: str, value: str = "", operator: str = "Equal") -> PodBuilder:
+        tol = Toleration(key=key, operator=operator, value=value)
+        return PodBuilder(replace(self.spec, tolerations=(*self.spec.tolerations, tol)))
+
+    def priority(self, value: int) -> PodBuilder:
+        return PodBuilder(replace(self.spec, priority=value))
+
+    def build(self) -> PodSpec:
+        return self.spec
+
+
+def make_pod(name: str = "p", namespace: str = "default") -> PodBuilder:
+    return PodBuilder(PodSpec(key=PodKey(f"{namespace}/{name}"), cpu_milli=1000, memory_mib=1024))
+
+
+@dataclass
+class NodeBuilder:
+    name: str
+    cpu_milli: int = 64_000
+    memory_mib: int = 262_144
+    gpu_count: int = 0
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    max_pods: int = 110
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+    def cpu(self, milli: int) -> NodeBuilder:
+        return replace(self, cpu_milli=milli)
+
+    def memory(self, mib: int) -> NodeBuilder:
+        return replace(self, memory_mib=mib)
+
+    def gpus(self, count: int, model: str = "A100", memory_mib: int = 81_920) -> NodeBuilder:
+        return replace(self, gpu_count=count, gpu_model=model, gpu_memory_mib=memory_mib)
+
+    def label(self, key: str, value: str) -> NodeBuilder:
+        return replace(self, labels={**self.labels, key: value})
+
+    def taint(self, key: str, value: str = "", effect: Effect = Effect.NO_SCHEDULE) -> NodeBuilder:
+        return replace(self, taints=(*self.taints, Taint(key, value, effect)))
+
+    def cordoned(self) -> NodeBuilder:
+        return replace(self, unschedulable=True)
+
+    def max_pod_count(self, count: int) -> NodeBuilder:
+        return replace(self, max_pods=count)
+
+    def build(self) -> NodeInfo:
+        return NodeInfo(
+            name=NodeName(self.name),
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            gpu_count=self.gpu_count,
+            gpu_model=self.gpu_model,
+            gpu_memory_mib=self.gpu_memory_mib,
+            max_pods=self.max_pods,
+            labels=self.labels,
+            taints=self.taints,
+            unschedulable=self.unschedulable,
+        )
+
+
+def make_node(name: str = "n") -> NodeBuilder:
+    return NodeBuilder(name)
