@@ -93,5 +93,51 @@ def simulate_openb(
         console.print(f"wrote {json_out}")
 
 
+@simulate.command("manifests")
+@click.argument(
+    "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR"
+)
+@click.option("--policy", default="kgpu", show_default=True, help=f"one of {', '.join(POLICIES)}")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="write each pod's outcome and each node's free resources as JSON to this file",
+)
+def simulate_manifests(directory: Path, policy: str, json_out: Path | None) -> None:
+    """Place the Nodes and Pods of DIR's *.yaml files; print each pod's node and GPUs, or
+    why it is pending. Pending pods are an outcome, not an error: the exit code is 0."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from kgpu.sim.manifests import ManifestError, PodStatus
+    from kgpu.sim.manifests import simulate_manifests as run_manifests
+
+    try:
+        run = run_manifests(directory, policy)
+    except (ProfileError, ManifestError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    table = Table("pod", "status", "node", "GPUs", "reason")
+    for r in run.results:
+        gpus = ",".join(map(str, r.gpus))
+        if r.gpus and r.gpu_milli < 1000:
+            gpus += f" ({r.gpu_milli / 1000:g} GPU)"
+        style = "yellow" if r.status == PodStatus.PENDING else None
+        # Text, not str: a message such as "requests[nvidia.com/gpu]" is not rich markup.
+        cells = (r.pod, str(r.status), r.node, gpus, r.message)
+        table.add_row(*(Text(c) for c in cells), style=style)
+    console.print(table)
+    pending = sum(r.status == PodStatus.PENDING for r in run.results)
+    console.print(
+        f"policy={policy} nodes={len(run.state)} pods={len(run.results)} "
+        f"placed={len(run.results) - pending} pending={pending}"
+    )
+    for note in run.notes:
+        console.print(f"note: {note}", style="dim", markup=False, highlight=False)
+    if json_out is not None:
+        json_out.write_text(json.dumps(run.to_json(), indent=1))
+        console.print(f"wrote {json_out}")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,126 @@
+"""ClusterState: exact allocate and release, and refusals of impossible changes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kgpu.model.gpu import GpuRequest
+from kgpu.model.pod import PodKey, PodSpec
+from kgpu.state.cluster import AllocationError, ClusterState
+from tests.builders import make_node, make_pod
+
+
+def _cluster() -> ClusterState:
+    return ClusterState(
+        [
+            make_node("a").gpus(8, "A100").build(),
+            make_node("b").gpus(2, "T4").cpu(8000).build(),
+            make_node("c").build(),
+        ]
+    )
+
+
+def test_gpu_slots_past_a_nodes_count_hold_nothing() -> None:
+    state = _cluster()
+    assert state.max_gpus == 8
+    assert state.node_gpus_free(1) == [1000, 1000]
+    assert state.gpu_free[1].tolist() == [1000, 1000, 0, 0, 0, 0, 0, 0]
+    assert state.total_gpu_milli == 10_000
+    assert state.gpu_idle_count.tolist() == [8, 2, 0]
+
+
+def test_allocate_then_release_restores_every_array() -> None:
+    state = _cluster()
+    before = {k: v.copy() for k, v in vars(state).items() if isinstance(v, np.ndarray)}
+    share = make_pod("s").share(300).build()
+    whole = make_pod("w").gpus(2).cpu(4000).build()
+    state.allocate(share, 0, [3])
+    state.allocate(whole, 1, [0, 1])
+    assert state.node_gpus_free(0)[3] == 700
+    assert state.gpu_max_free[1] == 0
+    assert state.used_gpu_milli == 2300
+    state.release(share.key)
+    state.release(whole.key)
+    for key, value in before.items():
+        if key not in ("node_clock",):
+            assert np.array_equal(getattr(state, key), value), key
+
+
+@pytest.mark.parametrize(
+    ("pod", "node", "gpus", "message"),
+    [
+        (make_pod("x").share(500).build(), 0, [], "needs 1 distinct GPUs, got ()"),
+        (make_pod("x").gpus(2).build(), 0, [1, 1], "needs 2 distinct GPUs, got (1, 1)"),
+        (make_pod("x").gpus(1).build(), 1, [5], "needs 1000 milli on GPU 5 of b"),
+        (make_pod("x").cpu(9000).build(), 1, [], "does not fit node b"),
+    ],
+)
+def test_impossible_allocations_are_refused_and_change_nothing(
+    pod: PodSpec, node: int, gpus: list[int], message: str
+) -> None:
+    state = _cluster()
+    with pytest.raises(AllocationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        state.allocate(pod, node, gpus)
+    assert state.used_gpu_milli == 0
+    assert state.allocations == {}
+    state.check_invariants()
+
+
+def test_a_pod_is_allocated_at_most_once_and_released_once() -> None:
+    state = _cluster()
+    pod = make_pod("once").gpus(1).build()
+    state.allocate(pod, 0, [0])
+    with pytest.raises(AllocationError, match="already allocated"):
+        state.allocate(pod, 0, [1])
+    state.release(pod.key)
+    with pytest.raises(AllocationError, match="holds nothing"):
+        state.release(pod.key)
+
+
+@st.composite
+def _operations(draw: st.DrawFn) -> list[tuple[str, int, int, int]]:
+    ops = []
+    for i in range(draw(st.integers(1, 60))):
+        ops.append(
+            (
+                draw(st.sampled_from(["alloc", "alloc", "release"])),
+                i,
+                draw(st.sampled_from([100, 250, 500, 810, 1000])),
+                draw(st.integers(1, 4)),
+            )
+        )
+    return ops
+
+
+@settings(max_examples=80, deadline=None)
+@given(_operations(), st.integers(0, 2**32 - 1))
+def test_random_allocate_release_sequences_keep_invariants(
+    ops: list[tuple[str, int, int, int]], seed: int
+) -> None:
+    state = _cluster()
+    initial = (state.gpu_free.copy(), state.cpu_free.copy(), state.mem_free.copy())
+    rng = np.random.default_rng(seed)
+    held: list[PodKey] = []
+    for op, i, milli, count in ops:
+        if op == "release" and held:
+            state.release(held.pop(int(rng.integers(len(held)))))
+        elif op == "alloc":
+            gpu = GpuRequest(1, milli) if milli < 1000 else GpuRequest(count, 1000)
+            pod = PodSpec(PodKey(f"t/{i}"), cpu_milli=500, memory_mib=256, gpu=gpu)
+            node = int(rng.integers(2))
+            free = state.gpu_free[node]
+            fits = np.flatnonzero(free >= gpu.milli)[: gpu.count]
+            if len(fits) == gpu.count and state.cpu_free[node] >= 500:
+                state.allocate(pod, node, fits)
+                held.append(pod.key)
+        state.check_invariants()
+        # No GPU is ever given more than its capacity, whatever the order of operations.
+        assert (state.gpu_free >= 0).all()
+    for key in held:
+        state.release(key)
+    assert np.array_equal(state.gpu_free, initial[0])
+    assert np.array_equal(state.cpu_free, initial[1])
+    assert np.array_equal(state.mem_free, initial[2])

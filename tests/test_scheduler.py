@@ -1,0 +1,127 @@
+"""One scheduling cycle: filters, the aggregated reasons, scores, ties and the GPU choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kgpu.config import load_profile
+from kgpu.framework.scheduler import Placement, Scheduler, Unschedulable
+from kgpu.framework.status import Code
+from kgpu.model.gpu import GpuRequest
+from kgpu.model.pod import PodKey, PodSpec
+from kgpu.plugins.fragmentation import typical_pods
+from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.state.cluster import ClusterState
+from tests.builders import make_node, make_pod
+
+
+def _scheduler(policy: str = "bestfit", pods: list[PodSpec] | None = None) -> Scheduler:
+    context = PluginContext(seed=1, typical_pods=typical_pods(pods or []))
+    return build_scheduler(load_profile(policy), context)
+
+
+def test_pending_pod_gets_kube_scheduler_style_aggregate() -> None:
+    state = ClusterState(
+        [
+            make_node("cpu-only").build(),
+            make_node("t4").gpus(2, "T4").build(),
+            make_node("small").gpus(8, "A100").cpu(2000).build(),
+            make_node("busy").gpus(8, "A100").build(),
+            make_node("cordoned").gpus(8, "A100").cordoned().build(),
+        ]
+    )
+    state.allocate(make_pod("hog").gpus(8).build(), 3, range(8))
+    outcome = _scheduler().schedule(state, make_pod("want").gpus(4, "A100").cpu(4000).build())
+    assert isinstance(outcome, Unschedulable)
+    assert outcome.status.code == Code.UNSCHEDULABLE
+    assert outcome.message == (
+        "0/5 nodes are available: 1 insufficient GPU, 1 insufficient cpu, "
+        "1 node(s) had a GPU model the pod does not allow, 1 node(s) had no GPU, "
+        "1 node(s) were unschedulable."
+    )
+
+
+def test_selector_and_taints_filter_nodes() -> None:
+    state = ClusterState(
+        [
+            make_node("tainted").gpus(8).taint("dedicated", "ml").label("zone", "a").build(),
+            make_node("plain").gpus(8).label("zone", "b").build(),
+        ]
+    )
+    sched = _scheduler()
+    pod = make_pod("p").gpus(1).selector("zone", "a").build()
+    outcome = sched.schedule(state, pod)
+    assert isinstance(outcome, Unschedulable)
+    assert outcome.message == (
+        "0/2 nodes are available: 1 node(s) didn't match node selector, "
+        "1 node(s) had untolerated taint."
+    )
+    tolerating = make_pod("q").gpus(1).selector("zone", "a").tolerate("dedicated", "ml").build()
+    placed = sched.schedule(state, tolerating)
+    assert isinstance(placed, Placement)
+    assert state.nodes[placed.node].name == "tainted"
+
+
+def test_ties_go_to_the_lowest_rank() -> None:
+    state = ClusterState([make_node(f"n{i}").gpus(8).build() for i in range(4)])
+    sched = _scheduler("gpuclustering")
+    pod = make_pod("p").gpus(1).build()
+    placed = sched.schedule(state, pod)
+    assert isinstance(placed, Placement) and placed.node == 0
+    sched.set_tie_rank(np.array([3, 2, 0, 1]))
+    placed = sched.schedule(state, pod)
+    assert isinstance(placed, Placement) and placed.node == 2
+
+
+def test_share_goes_to_the_tightest_gpu_and_whole_gpus_to_the_lowest_idle() -> None:
+    state = ClusterState([make_node("a").gpus(4).build()])
+    state.allocate(make_pod("x").share(600).build(), 0, [1])
+    state.allocate(make_pod("y").share(300).build(), 0, [2])
+    sched = _scheduler("bestfit")
+    share = sched.schedule(state, make_pod("s").share(350).build())
+    assert isinstance(share, Placement) and share.gpus == (1,)
+    whole = sched.schedule(state, make_pod("w").gpus(2).build())
+    assert isinstance(whole, Placement) and whole.gpus == (0, 3)
+
+
+_SHAPES = [GpuRequest(1, m) for m in (200, 500, 810)] + [GpuRequest(k, 1000) for k in (1, 2, 4)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 16)), min_size=5, max_size=120))
+def test_cached_cycles_decide_exactly_as_uncached_ones(arrivals: list[tuple[int, int]]) -> None:
+    """Keeping verdicts and scores per shape must never change a decision."""
+    pods = [
+        PodSpec(PodKey(f"t/{i}"), cpu_milli=cpu * 1000, memory_mib=1024, gpu=_SHAPES[shape])
+        for i, (shape, cpu) in enumerate(arrivals)
+    ]
+    nodes = [
+        make_node(f"n{i}").gpus(8 if i % 2 else 4, "A100" if i % 3 else "T4").build()
+        for i in range(7)
+    ]
+    for policy in ("fgd", "bestfit", "gpupacking", "kgpu"):
+        decisions = []
+        for use_cache in (True, False):
+            state = ClusterState(nodes)
+            sched = _scheduler(policy, pods)
+            sched.use_cache = use_cache
+            run = []
+            for pod in pods:
+                outcome = sched.schedule(state, pod)
+                if isinstance(outcome, Placement):
+                    state.allocate(pod, outcome.node, outcome.gpus)
+                    run.append((outcome.node, outcome.gpus))
+                else:
+                    run.append((-1, outcome.message))
+            decisions.append(run)
+        assert decisions[0] == decisions[1], policy
+
+
+def test_unknown_policy_names_the_choices() -> None:
+    from kgpu.config import ProfileError
+
+    with pytest.raises(ProfileError, match="unknown policy 'tetris': expected one of random"):
+        load_profile("tetris")
