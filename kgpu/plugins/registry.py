@@ -22,12 +22,12 @@ from kgpu.plugins import names
 from kgpu.plugins.best_fit import BestFit
 from kgpu.plugins.dot_product import DotProduct
 from kgpu.plugins.fgd import FgdScore
+from kgpu.plugins.frag_packing import FragPacking
 from kgpu.plugins.fragmentation import TypicalPod
 from kgpu.plugins.gpu_choice import GpuRandom, GpuTightest
 from kgpu.plugins.gpu_clustering import GpuClustering
 from kgpu.plugins.gpu_fit import GpuFit
 from kgpu.plugins.gpu_packing import GpuPacking
-from kgpu.plugins.kgpu_pack import KgpuFragPack
 from kgpu.plugins.node_basics import NodeSelector, NodeUnschedulable, TaintToleration
 from kgpu.plugins.random_score import RandomScore
 from kgpu.plugins.resource_fit import NodeResourcesFit
@@ -65,7 +65,7 @@ def default_registry() -> dict[str, Factory]:
         names.GPU_PACKING: lambda a, c: GpuPacking(),
         names.BEST_FIT: lambda a, c: BestFit(),
         names.FGD: lambda a, c: FgdScore(c.typical_pods),
-        names.KGPU_PACK: lambda a, c: KgpuFragPack(c.typical_pods, **a),
+        names.FRAG_PACKING: lambda a, c: FragPacking(c.typical_pods),
     }
 
 

@@ -1,0 +1,87 @@
+"""FGD's fragmentation measure and the FGD and FragPacking scores built on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kgpu.framework.cycle import CycleState
+from kgpu.model.pod import PodSpec
+from kgpu.plugins.fgd import FgdScore
+from kgpu.plugins.frag_packing import FragPacking
+from kgpu.plugins.fragmentation import FragmentModel, TypicalPod, typical_pods
+from kgpu.state.cluster import ClusterState
+from tests.builders import make_node, make_pod
+
+
+def test_typical_pods_cover_95_percent_most_frequent_first() -> None:
+    pods = (
+        [make_pod(f"a{i}").share(500).cpu(2000).build() for i in range(60)]
+        + [make_pod(f"b{i}").gpus(1).cpu(4000).build() for i in range(36)]
+        + [make_pod(f"c{i}").gpus(0).cpu(1000).build() for i in range(3)]
+        + [make_pod("d").gpus(2).cpu(8000).build()]
+    )
+    typical = typical_pods(pods)
+    # 60 + 36 = 96 >= 95 of 100: the two rare shapes are left out, weights renormalised.
+    assert [(t.cpu_milli, t.gpu_milli, t.gpu_count) for t in typical] == [
+        (2000, 500, 1),
+        (4000, 1000, 1),
+    ]
+    assert [round(t.weight, 4) for t in typical] == [0.625, 0.375]
+
+
+def _typical() -> list[TypicalPod]:
+    return [
+        TypicalPod(0.5, 1000, 500, 1),  # a half share
+        TypicalPod(0.3, 1000, 1000, 2),  # two whole GPUs
+        TypicalPod(0.2, 1000, 0, 0),  # no GPU: never uses idle GPUs
+    ]
+
+
+def test_fragment_per_typical_pod() -> None:
+    state = ClusterState([make_node("a").gpus(4).cpu(8000).build()])
+    state.allocate(make_pod("x").share(700).build(), 0, [0])  # GPU0 has 300 free
+    state.allocate(make_pod("y").gpus(2).build(), 0, [1, 2])  # GPU3 alone is idle
+    model = FragmentModel(_typical(), state)
+    frags = model.fragments(state, np.array([0]))[0].tolist()
+    # half share fits GPU3: only GPU0's 300 is a fragment; two whole GPUs: no room, all
+    # 1300 idle milli are fragment; a GPU-less pod leaves all 1300 as fragment.
+    assert frags == [300, 1300, 1300]
+    assert model.node_fragmentation(state, np.array([0]))[0] == pytest.approx(
+        0.5 * 300 + 0.3 * 1300 + 0.2 * 1300
+    )
+
+
+def _cycle(state: ClusterState, pod: PodSpec) -> CycleState:
+    return CycleState(state, pod)
+
+
+def test_fgd_scores_50_when_nothing_changes_and_prefers_filling_a_fragment() -> None:
+    state = ClusterState([make_node("a").gpus(2).build(), make_node("b").gpus(2).build()])
+    state.allocate(make_pod("x").share(500).build(), 0, [0])
+    fgd = FgdScore(_typical())
+    nodes = np.arange(2, dtype=np.int64)
+    cpu_pod = make_pod("c").gpus(0).cpu(100).build()
+    assert list(fgd.score(_cycle(state, cpu_pod), cpu_pod, nodes)) == [50.0, 50.0]
+    share = make_pod("s").share(500).build()
+    scores = fgd.score(_cycle(state, share), share, nodes)
+    assert scores[0] > scores[1]  # completing GPU0 of node a beats opening a GPU of b
+    assert fgd.choose_gpus(state, share, 0) == (0,)
+
+
+def test_frag_packing_keeps_fgd_order_and_packs_among_equals() -> None:
+    state = ClusterState([make_node("big").gpus(8).build(), make_node("small").gpus(2).build()])
+    plugin = FragPacking(_typical())
+    fgd = FgdScore(_typical())
+    nodes = np.arange(2, dtype=np.int64)
+    cpu_pod = make_pod("c").gpus(0).cpu(100).build()
+    # FGD sees a tie (50, 50); packing picks the node left with less idle GPU and CPU.
+    assert list(fgd.score(_cycle(state, cpu_pod), cpu_pod, nodes)) == [50.0, 50.0]
+    packed = plugin.score(_cycle(state, cpu_pod), cpu_pod, nodes)
+    assert packed[1] > packed[0]
+    assert np.floor(packed).tolist() == [50.0, 50.0]
+    share = make_pod("s").share(300).build()
+    assert (
+        np.floor(plugin.score(_cycle(state, share), share, nodes)).tolist()
+        == fgd.score(_cycle(state, share), share, nodes).tolist()
+    )
