@@ -5,6 +5,10 @@ node's state and the pod's shape. Placing a pod changes one node, so the next po
 shape already seen only needs its verdicts and scores recomputed on the nodes that changed
 since; the rest are read back. This is what lets a cycle score every node of a 5,000-node
 cluster without redoing 5,000 nodes of work per pod.
+
+The nodes that changed are those whose ``node_clock`` stamp is later than the state's
+``clock`` when the entry was last brought up to date: one comparison over the nodes, with
+no log of changes that grows with every placement.
 """
 
 from __future__ import annotations
@@ -18,17 +22,15 @@ from kgpu.framework.interfaces import BoolArray, FloatArray, IntArray
 from kgpu.framework.status import Reason
 from kgpu.state.cluster import ClusterState
 
-# Past this share of changed nodes a full recompute is cheaper than gathering the subset.
-_FULL_RECOMPUTE_SHARE = 0.25
-
 
 @dataclass(slots=True)
 class ShapeEntry:
     """What one shape's cycles computed: per node, pass or the index of the reason why not."""
 
-    seen_at: int  # position in the state's change log when last brought up to date
+    seen_at: int  # the state's clock when last brought up to date
     feasible: BoolArray
     reason_idx: IntArray  # index into ShapeCache.reasons; -1 where feasible
+    static_ok: BoolArray  # passed the filters whose verdicts never change (see Scheduler)
     scores: dict[str, FloatArray] = field(default_factory=dict)
 
 
@@ -38,8 +40,9 @@ class ShapeCache:
         self.entries: OrderedDict[object, ShapeEntry] = OrderedDict()
         self.reasons: list[Reason] = []
         self._reason_ids: dict[Reason, int] = {}
-        self._state_id = 0
-        self._node_count = -1
+        self._bound_to = (0, 0)
+        self._all_nodes: IntArray = np.empty(0, dtype=np.int64)
+        self._no_nodes: IntArray = np.empty(0, dtype=np.int64)
 
     def reason_id(self, reason: Reason) -> int:
         rid = self._reason_ids.get(reason)
@@ -50,26 +53,32 @@ class ShapeCache:
         return rid
 
     def bind(self, state: ClusterState) -> None:
-        """Forget everything if the cache last served a different state or node set."""
-        if id(state) != self._state_id or len(state) != self._node_count:
+        """Forget everything if the cache last served a different state.
+
+        The serial tells apart states whose id() is reused after the first is freed; the
+        id tells apart a copy, which keeps the serial but then changes on its own.
+        """
+        bound_to = (state.serial, id(state))
+        if bound_to != self._bound_to:
             self.entries.clear()
-            self._state_id = id(state)
-            self._node_count = len(state)
+            self._bound_to = bound_to
+            self._all_nodes = np.arange(len(state), dtype=np.int64)
+
+    def all_nodes(self) -> IntArray:
+        """Every node of the bound state, in order (shared: callers must not write to it)."""
+        return self._all_nodes
 
     def lookup(self, state: ClusterState, shape: object) -> tuple[ShapeEntry | None, IntArray]:
         """The entry for ``shape`` and the nodes to recompute (all of them for a new shape)."""
         entry = self.entries.get(shape)
-        n = len(state)
         if entry is None:
-            return None, np.arange(n, dtype=np.int64)
+            return None, self._all_nodes
         self.entries.move_to_end(shape)
-        pending = len(state.changes) - entry.seen_at
-        if pending == 0:
-            return entry, np.empty(0, dtype=np.int64)
-        if pending > n * _FULL_RECOMPUTE_SHARE:
-            return entry, np.arange(n, dtype=np.int64)
-        stale = np.unique(np.asarray(state.changes[entry.seen_at :], dtype=np.int64))
-        return entry, stale
+        if state.clock == entry.seen_at:
+            return entry, self._no_nodes
+        # Exactly the changed nodes, however many: plugins gather their inputs by node
+        # index either way, so a subset never costs more than all nodes.
+        return entry, (state.node_clock > entry.seen_at).nonzero()[0]
 
     def store(self, shape: object, entry: ShapeEntry) -> None:
         self.entries[shape] = entry

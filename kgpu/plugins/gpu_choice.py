@@ -3,6 +3,9 @@
 Whole-GPU requests always take the lowest-index fully idle GPUs. A share of one GPU goes to
 the tightest GPU that fits (lowest index among equals) with ``GpuTightest``, or to a GPU
 drawn uniformly among those that fit with ``GpuRandom``.
+
+A node's row holds a handful of GPU slots, so the choices run in plain Python over the
+row as a list: numpy's overhead per call would cost more than the work.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from kgpu.state.cluster import ClusterState
 
 
 def lowest_idle_gpus(state: ClusterState, node: int, count: int) -> tuple[int, ...]:
-    idle = np.flatnonzero(state.gpu_free[node] == MILLI_PER_GPU)
-    return tuple(int(g) for g in idle[:count])
+    free = state.gpu_free[node].tolist()
+    return tuple([g for g, milli in enumerate(free) if milli == MILLI_PER_GPU][:count])
 
 
 def tightest_gpu(state: ClusterState, node: int, milli: int) -> int:
-    free = state.gpu_free[node]
-    fits = np.where(free >= milli, free, np.iinfo(np.int64).max)
-    return int(np.argmin(fits))  # argmin returns the lowest index among equals
+    """The GPU with the least free milli that still covers ``milli``, lowest index first."""
+    free = state.gpu_free[node].tolist()
+    return min(((f, g) for g, f in enumerate(free) if f >= milli), default=(0, 0))[1]
 
 
 class GpuTightest:

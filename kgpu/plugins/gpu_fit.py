@@ -18,28 +18,42 @@ from kgpu.state.cluster import ClusterState
 
 def allowed_model_mask(state: ClusterState, models: tuple[str, ...], nodes: IntArray) -> BoolArray:
     """Nodes (of ``nodes``) whose GPU model is one of ``models``."""
-    ids = [state.model_ids[m] for m in models if m in state.model_ids]
-    return np.asarray(np.isin(state.model_id[nodes], ids), dtype=np.bool_)
+    # A table over model ids (slot 0: no GPU model) turns the test into one gather.
+    allowed = np.zeros(len(state.models) + 1, dtype=np.bool_)
+    for model in models:
+        if model in state.model_ids:
+            allowed[state.model_ids[model] + 1] = True
+    return allowed[state.model_id[nodes] + 1]
 
 
 class GpuFit:
+    """A node rejected for several reasons keeps the first: no GPU, model, room."""
+
     name = names.GPU_FIT
 
     def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
-        verdicts = Verdicts.all_pass(len(nodes))
         req = pod.gpu
         if req.count == 0:
-            return verdicts
+            return Verdicts.all_pass(len(nodes))
         state = cycle.state
-        verdicts.reject(reasons.NO_GPU, state.gpu_count[nodes] == 0)
-        if req.models:
-            verdicts.reject(
-                reasons.GPU_MODEL_MISMATCH, ~allowed_model_mask(state, req.models, nodes)
-            )
+        no_gpu = state.gpu_count[nodes] == 0
+        wrong_model = ~allowed_model_mask(state, req.models, nodes) if req.models else None
         if req.is_shared:
-            verdicts.reject(reasons.INSUFFICIENT_GPU_SHARE, state.gpu_max_free[nodes] < req.milli)
+            short = state.gpu_max_free[nodes] < req.milli
+            short_reason = reasons.INSUFFICIENT_GPU_SHARE
         else:
-            verdicts.reject(reasons.INSUFFICIENT_GPU, state.gpu_idle_count[nodes] < req.count)
+            short = state.gpu_idle_count[nodes] < req.count
+            short_reason = reasons.INSUFFICIENT_GPU
+        bad = no_gpu | short
+        if wrong_model is not None:
+            bad |= wrong_model
+        if not np.count_nonzero(bad):  # the common case: no reasons to sort out
+            return Verdicts(~bad)
+        verdicts = Verdicts.all_pass(len(nodes))
+        verdicts.reject(reasons.NO_GPU, no_gpu)
+        if wrong_model is not None:
+            verdicts.reject(reasons.GPU_MODEL_MISMATCH, wrong_model)
+        verdicts.reject(short_reason, short)
         return verdicts
 
 

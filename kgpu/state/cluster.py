@@ -16,6 +16,7 @@ Invariants, checked on every change (a violation is a bug and raises
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 class AllocationError(RuntimeError):
     """An allocate or release that would break the state's invariants (a bug, not bad input)."""
+
+
+# Serial numbers tell states apart where id() could be reused by a later object.
+_serials = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,10 @@ class ClusterState:
             [self.model_ids.get(nd.gpu_model, -1) for nd in self.nodes], dtype=np.int64
         )
         self.schedulable = np.array([not nd.unschedulable for nd in self.nodes], dtype=np.bool_)
+        self.tainted = np.array([bool(nd.taints) for nd in self.nodes], dtype=np.bool_)
+        # Most clusters cordon and taint nothing; filters then skip their per-node work.
+        self.any_cordoned = not bool(self.schedulable.all())
+        self.any_tainted = bool(self.tainted.any())
         slots = np.arange(self.max_gpus)
         self.gpu_exists: BoolArray = slots[None, :] < self.gpu_count[:, None]
         self.gpu_cap: IntArray = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
@@ -89,11 +98,12 @@ class ClusterState:
         self.gpu_pod_kinds = np.zeros((n, self.max_gpus + 1), dtype=np.int64)
 
         self.allocations: dict[PodKey, Allocation] = {}
-        # A change counter per node lets per-shape caches recompute only the nodes that
-        # changed since they last looked (see framework.cache).
+        # Every allocate and release ticks ``clock`` and stamps the node's ``node_clock``, so
+        # a per-shape cache that last looked at clock t recomputes just the nodes stamped
+        # after t (see framework.shape_cache). Nodes and their fixed facts never change.
+        self.serial = next(_serials)
         self.clock = 0
         self.node_clock = np.zeros(n, dtype=np.int64)
-        self.changes: list[int] = []
         self._label_masks: dict[tuple[str, str], BoolArray] = {}
 
     # ----------------------------------------------------------------- reading
@@ -129,7 +139,7 @@ class ClusterState:
         """Give ``pod`` its resources on ``node`` and on the GPU slots ``gpus``."""
         if pod.key in self.allocations:
             raise AllocationError(f"pod {pod.key} is already allocated")
-        gpu_ids = tuple(sorted(int(g) for g in gpus))
+        gpu_ids = tuple(sorted(map(int, gpus)))
         want = pod.gpu.count
         if len(gpu_ids) != want or len(set(gpu_ids)) != want:
             raise AllocationError(f"pod {pod.key} needs {want} distinct GPUs, got {gpu_ids}")
@@ -138,11 +148,14 @@ class ClusterState:
         if self.pods[node] >= self.max_pods[node]:
             raise AllocationError(f"node {self.nodes[node].name} is at its pod limit")
         milli = pod.gpu.milli
-        for g in gpu_ids:
-            if not self.gpu_exists[node, g] or self.gpu_free[node, g] < milli:
-                raise AllocationError(
-                    f"pod {pod.key} needs {milli} milli on GPU {g} of {self.nodes[node].name}"
-                )
+        if gpu_ids:
+            count = int(self.gpu_count[node])
+            free = self.gpu_free[node].tolist()
+            for g in gpu_ids:
+                if not 0 <= g < count or free[g] < milli:
+                    raise AllocationError(
+                        f"pod {pod.key} needs {milli} milli on GPU {g} of {self.nodes[node].name}"
+                    )
         alloc = Allocation(pod.key, node, gpu_ids, milli, pod.cpu_milli, pod.memory_mib)
         self._apply(alloc, -1)
         self.allocations[pod.key] = alloc
@@ -161,18 +174,21 @@ class ClusterState:
         self.cpu_free[n] += sign * alloc.cpu_milli
         self.mem_free[n] += sign * alloc.memory_mib
         self.pods[n] -= sign
-        for g in alloc.gpus:
-            self.gpu_free[n, g] += sign * alloc.gpu_milli
-        self.gpu_free_total[n] += sign * alloc.gpu_milli * len(alloc.gpus)
         if alloc.gpus:
+            # One row of at most a few dozen slots: Python over its list beats numpy here.
+            milli = sign * alloc.gpu_milli
+            row = self.gpu_free[n]
+            free = row.tolist()
+            for g in alloc.gpus:
+                free[g] += milli
+            row[:] = free
+            self.gpu_free_total[n] += milli * len(alloc.gpus)
+            self.gpu_idle_count[n] = free.count(MILLI_PER_GPU)
+            self.gpu_max_free[n] = max(free)
             kind = 0 if alloc.gpu_milli < MILLI_PER_GPU else len(alloc.gpus)
             self.gpu_pod_kinds[n, kind] -= sign
-        row = self.gpu_free[n]
-        self.gpu_idle_count[n] = int((row == MILLI_PER_GPU).sum())
-        self.gpu_max_free[n] = int(row.max())
         self.clock += 1
         self.node_clock[n] = self.clock
-        self.changes.append(n)
 
     def check_invariants(self) -> None:
         """Raise :class:`AllocationError` if any free figure left its bounds."""

@@ -1,0 +1,46 @@
+"""Wall time of one full openb replay per policy.
+
+    .venv/bin/python bench/openb_speed.py [--trace default] [--seed 42] [--policies fgd,...]
+
+Prints, per policy, the pods replayed, the final GPU allocation, the replay's own wall time
+(``ReplayResult.elapsed_s``: scheduling and allocating every arrival) and the total wall
+time including reading the CSV files, tuning the workload and the closing fragmentation
+figure. The target is FGD at most 5 s on the default trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from kgpu.sim.openb_run import run_openb
+
+OPENB = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
+POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "kgpu")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="default")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    opts = parser.parse_args()
+    nodes_csv = OPENB / "openb_node_list_gpu_node.csv"
+    pods_csv = OPENB / f"openb_pod_list_{opts.trace}.csv"
+    print(f"trace {opts.trace}, seed {opts.seed}")
+    print(f"{'policy':<14} {'pods':>6} {'alloc %':>8} {'replay s':>9} {'total s':>8}")
+    for policy in opts.policies.split(","):
+        start = time.perf_counter()
+        run = run_openb(nodes_csv, pods_csv, policy, opts.seed)
+        total = time.perf_counter() - start
+        result = run.result
+        print(
+            f"{policy:<14} {result.pods:>6} {result.final_alloc_pct:>8.2f} "
+            f"{result.elapsed_s:>9.2f} {total:>8.2f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
