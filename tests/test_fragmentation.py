@@ -8,8 +8,8 @@ import pytest
 from kgpu.framework.cycle import CycleState
 from kgpu.model.pod import PodSpec
 from kgpu.plugins.fgd import FgdScore
-from kgpu.plugins.frag_packing import FragPacking
 from kgpu.plugins.fragmentation import FragmentModel, TypicalPod, typical_pods
+from kgpu.plugins.strand_aware_fgd import StrandAwareFgd
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod
 
@@ -69,19 +69,32 @@ def test_fgd_scores_50_when_nothing_changes_and_prefers_filling_a_fragment() -> 
     assert fgd.choose_gpus(state, share, 0) == (0,)
 
 
-def test_frag_packing_keeps_fgd_order_and_packs_among_equals() -> None:
-    state = ClusterState([make_node("big").gpus(8).build(), make_node("small").gpus(2).build()])
-    plugin = FragPacking(_typical())
-    fgd = FgdScore(_typical())
-    nodes = np.arange(2, dtype=np.int64)
-    cpu_pod = make_pod("c").gpus(0).cpu(100).build()
-    # FGD sees a tie (50, 50); packing picks the node left with less idle GPU and CPU.
-    assert list(fgd.score(_cycle(state, cpu_pod), cpu_pod, nodes)) == [50.0, 50.0]
-    packed = plugin.score(_cycle(state, cpu_pod), cpu_pod, nodes)
-    assert packed[1] > packed[0]
-    assert np.floor(packed).tolist() == [50.0, 50.0]
-    share = make_pod("s").share(300).build()
-    assert (
-        np.floor(plugin.score(_cycle(state, share), share, nodes)).tolist()
-        == fgd.score(_cycle(state, share), share, nodes).tolist()
+def test_strand_aware_fgd_keeps_gpu_less_pods_off_idle_gpus() -> None:
+    state = ClusterState(
+        [
+            make_node("idle").gpus(8).build(),
+            make_node("full").gpus(2).build(),
+            make_node("full-busy-cpu").gpus(2).build(),
+        ]
     )
+    for node in (1, 2):
+        state.allocate(make_pod(f"w{node}").gpus(2).cpu(1000).build(), node, [0, 1])
+    state.allocate(make_pod("cpu-hog").gpus(0).cpu(40_000).build(), 2, [])
+    plugin = StrandAwareFgd(_typical())
+    fgd = FgdScore(_typical())
+    nodes = np.arange(3, dtype=np.int64)
+    cpu_pod = make_pod("c").gpus(0).cpu(100).build()
+    # FGD sees a three-way tie; the GPU-less pod goes where no GPU is idle, and there to
+    # the node with the most CPU to spare.
+    assert list(fgd.score(_cycle(state, cpu_pod), cpu_pod, nodes)) == [50.0, 50.0, 50.0]
+    scores = plugin.score(_cycle(state, cpu_pod), cpu_pod, nodes)
+    assert np.floor(scores).tolist() == [50.0, 50.0, 50.0]
+    assert int(np.argmax(scores)) == 1
+    assert scores[2] > scores[0]
+    # GPU pods are scored exactly as FGD scores them (on the one node with room).
+    room = np.array([0], dtype=np.int64)
+    for pod in (make_pod("s").share(300).build(), make_pod("w").gpus(1).build()):
+        assert (
+            plugin.score(_cycle(state, pod), pod, room).tolist()
+            == fgd.score(_cycle(state, pod), pod, room).tolist()
+        )

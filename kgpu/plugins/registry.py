@@ -22,7 +22,6 @@ from kgpu.plugins import names
 from kgpu.plugins.best_fit import BestFit
 from kgpu.plugins.dot_product import DotProduct
 from kgpu.plugins.fgd import FgdScore
-from kgpu.plugins.frag_packing import FragPacking
 from kgpu.plugins.fragmentation import TypicalPod
 from kgpu.plugins.gpu_choice import GpuRandom, GpuTightest
 from kgpu.plugins.gpu_clustering import GpuClustering
@@ -31,6 +30,7 @@ from kgpu.plugins.gpu_packing import GpuPacking
 from kgpu.plugins.node_basics import NodeSelector, NodeUnschedulable, TaintToleration
 from kgpu.plugins.random_score import RandomScore
 from kgpu.plugins.resource_fit import NodeResourcesFit
+from kgpu.plugins.strand_aware_fgd import StrandAwareFgd
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ def default_registry() -> dict[str, Factory]:
         names.GPU_PACKING: lambda a, c: GpuPacking(),
         names.BEST_FIT: lambda a, c: BestFit(),
         names.FGD: lambda a, c: FgdScore(c.typical_pods),
-        names.FRAG_PACKING: lambda a, c: FragPacking(c.typical_pods),
+        names.STRAND_AWARE_FGD: lambda a, c: StrandAwareFgd(c.typical_pods),
     }
 
 
