@@ -1,56 +1,42 @@
-"""The allocate action: place pending pods one by one, each seeing the ones before it.
+"""The allocate action: place pending jobs, gangs whole or not at all, queue by queue.
 
 A session step decides and records; it does not talk to anyone. What it returns (binds,
 pods left pending with their reasons, the events to emit) is plain data that the Kubernetes
 edge carries out and the simulator applies, so a session can be replayed, tested and
-explained. Reservations are made in the session's ClusterState as it goes, and released
-again by ``undo`` if the edge could not carry a bind out.
+explained.
 
-Order: higher priority first; among equals, the order given (arrival or creation time).
+In a session (``Allocate``), two passes over the admitted jobs:
+
+1. gangs: the queue first in queue order (down the tree, see ``ordering``) offers its first
+   job in job order that is not ready yet; the job's pods are placed through one statement
+   until the job is ready, and kept only then; otherwise everything is discarded and the
+   job holds nothing. The queue is re-ranked after every job.
+2. extras: ready jobs with pods left (an elastic job's pods past its minimum) get one pod
+   per turn, in the same queue order, until nothing more fits.
+
+Pods asking for nothing at all are left to backfill, as Volcano does.
+
+``allocate(state, scheduler, pods)`` is the plain form the live edge calls: pods one by
+one, higher priority first, each seeing the ones placed before it; its reservations stay
+in ``state`` and ``undo`` releases one whose bind the edge could not carry out.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+from kgpu.actions.ordering import QueuePicker
+from kgpu.actions.placement import Placer, best_effort
 from kgpu.framework.scheduler import Placement, Scheduler
-from kgpu.framework.status import Status
-from kgpu.model.node import NodeName
-from kgpu.model.pod import PodKey, PodSpec
+from kgpu.framework.session import Key, Pending, Session, SessionResult
+from kgpu.framework.status import Code, Status
+from kgpu.model.decision import Bind, Event
+from kgpu.model.job import JobInfo
+from kgpu.model.pod import PodSpec
 from kgpu.state.cluster import ClusterState
 
-
-@dataclass(frozen=True, slots=True)
-class Bind:
-    pod: PodKey
-    node: NodeName
-    gpus: tuple[int, ...]
-    gpu_milli: int
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    pod: PodKey
-    status: Status
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """A Kubernetes event to emit on the pod: ``Scheduled`` or ``FailedScheduling``."""
-
-    pod: PodKey
-    type: str  # "Normal" or "Warning"
-    reason: str
-    message: str
-
-
-@dataclass(slots=True)
-class SessionResult:
-    binds: list[Bind] = field(default_factory=list)
-    pending: list[Pending] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
+__all__ = ["Allocate", "Bind", "Event", "Pending", "SessionResult", "allocate", "undo"]
 
 
 def allocate(state: ClusterState, scheduler: Scheduler, pods: Sequence[PodSpec]) -> SessionResult:
@@ -78,3 +64,83 @@ def allocate(state: ClusterState, scheduler: Scheduler, pods: Sequence[PodSpec])
 def undo(state: ClusterState, bind: Bind) -> None:
     """Release a reservation whose bind the edge could not carry out."""
     state.release(bind.pod)
+
+
+def schedulable(session: Session, job: JobInfo) -> bool:
+    """A job the session may place pods of: valid, admitted, with pods waiting."""
+    return not job.problem and job.admitted and bool(job.pending)
+
+
+def gang_message(session: Session, job: JobInfo, placed: int, why: Status) -> Status:
+    """The reason a gang waits: its first refusal, and how far the gang got."""
+    if session.ready(job, job.alive + placed + 1) and placed == 0:
+        return why  # a job of one pod: the pod's own reason says it all
+    text = f"{why.message} (gang {job.key}: {job.alive + placed} of {job.spec.min_member} pods fit)"
+    return Status(why.code, (text,), why.plugin, why.reason_code)
+
+
+def place_gang(session: Session, placer: Placer, job: JobInfo) -> bool:
+    """Place pods of ``job`` until it is ready; all of them, or none."""
+    statement = session.statement()
+    why: Status | None = None
+    placed = 0
+    for task in list(job.pending):
+        if session.ready(job):
+            break
+        why = placer.place(statement, task)
+        if why is not None:
+            break
+        placed += 1
+    if session.ready(job):
+        statement.commit()
+        return True
+    statement.discard()
+    if why is not None:
+        session.note(job, gang_message(session, job, placed, why))
+    return False
+
+
+class Allocate:
+    name = "allocate"
+
+    def execute(self, session: Session) -> None:
+        placer = Placer(session)
+        self._serve(session, placer, gangs=True)
+        self._serve(session, placer, gangs=False)
+        for job in session.jobs:
+            room = max(job.max_pods - job.alive, 0)
+            if job.spec.max_member and len(job.pending) > room:
+                text = f"job {job.key} runs its maxMember of {job.spec.max_member} pods"
+                status = Status(Code.UNSCHEDULABLE, (text,), "", "MaxMember")
+                session.note(job, status, job.pending[room:])
+
+    def _serve(self, session: Session, placer: Placer, gangs: bool) -> None:
+        waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
+        for job in session.jobs:
+            if not schedulable(session, job) or all(best_effort(t) for t in job.pending):
+                continue
+            if gangs == session.ready(job) or job.alive >= job.max_pods:
+                continue  # the gang pass takes jobs not ready yet, the extras pass ready ones
+            waiting.setdefault(job.queue, []).append((session.job_key(job), job))
+        for heap in waiting.values():
+            heapq.heapify(heap)
+        picker = QueuePicker(session, waiting)
+        while (leaf := picker.pick()) is not None:
+            heap = waiting[leaf]
+            _, job = heapq.heappop(heap)
+            if gangs:
+                place_gang(session, placer, job)
+            elif self._extra(session, placer, job):
+                heapq.heappush(heap, (session.job_key(job), job))
+            picker.served(bool(heap))
+
+    def _extra(self, session: Session, placer: Placer, job: JobInfo) -> bool:
+        """Place one extra pod of a ready job; True if the job has room for more."""
+        task = job.pending[0]
+        statement = session.statement()
+        why = placer.place(statement, task)
+        if why is not None:
+            session.note(job, why)
+            return False
+        statement.commit()
+        return bool(job.pending) and job.alive < job.max_pods

@@ -17,3 +17,10 @@ GPU_PACKING: Final = "GpuPacking"
 BEST_FIT: Final = "BestFit"
 FGD: Final = "FGD"
 STRAND_AWARE_FGD: Final = "StrandAwareFGD"
+NODE_PLACEMENT: Final = "NodePlacement"
+
+# Session plugins: callbacks into a scheduling session (queues, jobs, victims).
+PRIORITY: Final = "priority"
+GANG: Final = "gang"
+PROPORTION: Final = "proportion"
+CAPACITY_CARD: Final = "capacity-card"

@@ -6,7 +6,7 @@ start from ``default_registry()`` and add or replace plugins.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,16 +18,22 @@ from kgpu.framework.interfaces import (
 )
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
+from kgpu.framework.session import SessionPlugin
 from kgpu.plugins import names
 from kgpu.plugins.best_fit import BestFit
+from kgpu.plugins.binpack_spread import NodePlacement
+from kgpu.plugins.capacity_card import CapacityCard
 from kgpu.plugins.dot_product import DotProduct
 from kgpu.plugins.fgd import FgdScore
 from kgpu.plugins.fragmentation import TypicalPod
+from kgpu.plugins.gang import Gang
 from kgpu.plugins.gpu_choice import GpuRandom, GpuTightest
 from kgpu.plugins.gpu_clustering import GpuClustering
 from kgpu.plugins.gpu_fit import GpuFit
 from kgpu.plugins.gpu_packing import GpuPacking
 from kgpu.plugins.node_basics import NodeSelector, NodeUnschedulable, TaintToleration
+from kgpu.plugins.priority_order import PriorityOrder
+from kgpu.plugins.proportion import Proportion
 from kgpu.plugins.random_score import RandomScore
 from kgpu.plugins.resource_fit import NodeResourcesFit
 from kgpu.plugins.strand_aware_fgd import StrandAwareFgd
@@ -66,6 +72,7 @@ def default_registry() -> dict[str, Factory]:
         names.BEST_FIT: lambda a, c: BestFit(),
         names.FGD: lambda a, c: FgdScore(c.typical_pods),
         names.STRAND_AWARE_FGD: lambda a, c: StrandAwareFgd(c.typical_pods),
+        names.NODE_PLACEMENT: lambda a, c: NodePlacement.from_args(a),
     }
 
 
@@ -99,3 +106,35 @@ def build_scheduler(
     ]
     gpu_choice: GpuChoicePlugin = typed(profile.gpu_choice, GpuChoicePlugin)
     return Scheduler(pre_filters, filters, scores, gpu_choice)
+
+
+# ---------------------------------------------------------------------------- session plugins
+
+SessionFactory = Callable[[Mapping[str, Any]], SessionPlugin]
+
+
+def default_session_registry() -> dict[str, SessionFactory]:
+    """Session plugins (queues, jobs, victims) by name; arguments from ``pluginArgs``."""
+    return {
+        names.PRIORITY: lambda a: PriorityOrder(),
+        names.GANG: lambda a: Gang(),
+        names.PROPORTION: lambda a: Proportion(),
+        names.CAPACITY_CARD: CapacityCard.from_args,
+    }
+
+
+def build_session_plugins(
+    plugins: Sequence[str],
+    args: Mapping[str, Mapping[str, Any]] | None = None,
+    registry: Mapping[str, SessionFactory] | None = None,
+) -> list[SessionPlugin]:
+    """One instance per named session plugin, in the given order (which is the order their
+    callbacks are asked in)."""
+    registry = registry if registry is not None else default_session_registry()
+    args = args or {}
+    out = []
+    for name in plugins:
+        if name not in registry:
+            raise UnknownPluginError(name, list(registry))
+        out.append(registry[name](args.get(name, {})))
+    return out

@@ -1,0 +1,36 @@
+"""The enqueue action: admit jobs whose minimum fits their queue's limits and quotas.
+
+Jobs already holding resources are admitted. Every other job with pods waiting is judged,
+queue by queue in queue order and job by job in job order: its minimum (the pods it needs
+to be ready) must fit the CPU, memory and GPU limits of its queue and of every ancestor,
+counting what they hold and the minimums of the jobs admitted before it, and every
+``enqueueable`` plugin must agree (capacity-card checks the job's card request). A job
+turned down stays out of allocate, and its PodGroup gets an event with the reason.
+"""
+
+from __future__ import annotations
+
+from kgpu.framework.session import Session
+
+
+class Enqueue:
+    name = "enqueue"
+
+    def execute(self, session: Session) -> None:
+        candidates = [
+            job
+            for job in session.jobs
+            if not job.problem and job.pending and not job.running and not job.placed
+        ]
+        candidates.sort(key=lambda job: (session.queue_key(job.queue), session.job_key(job)))
+        for job in candidates:
+            need = session.need(job)
+            verdict = session.check_enqueueable(job, need)
+            if verdict is not None:
+                job.admitted = False
+                session.note(job, verdict)
+                session.event(job.key, "PodGroup", "Warning", verdict.reason_code, verdict.message)
+                continue
+            session.ledger.admit(job.queue, need)
+            for handler in session.on_admit:
+                handler(job)

@@ -1,0 +1,112 @@
+"""Placing one task: its card alternatives in order, its queue's checks, then a cycle.
+
+Shared by every action. A pod that names cards (``volcano.sh/card.name: A100|H100``) is
+tried as each card in the written order: the first card whose quota has room and that has
+a node with room wins. What a pod of some shape failed to find is remembered until the
+session next releases something, so the thousands of pods of a saturated cluster that
+share a shape are turned down at the cost of a dictionary lookup, not a cycle each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from kgpu.framework.cycle import CycleState
+from kgpu.framework.scheduler import Outcome, Placement, Unschedulable
+from kgpu.framework.session import Session, Statement
+from kgpu.framework.status import Status
+from kgpu.model.card import REPLICAS_LABEL, card_product, mps_replicas
+from kgpu.model.job import Task
+from kgpu.model.pod import PodSpec
+
+Option = tuple[PodSpec, str | None]
+
+
+def best_effort(task: Task) -> bool:
+    """A pod that asks for nothing (Volcano's BestEffort): backfill places it."""
+    pod = task.pod
+    return pod.cpu_milli == 0 and pod.memory_mib == 0 and pod.gpu.count == 0
+
+
+def combine(refusals: list[Status], cards: list[str | None]) -> Status:
+    """One status for a pod turned down on every card it may use (the first one's code)."""
+    if len(refusals) == 1:
+        return refusals[0]
+    parts = []
+    for status, card in zip(refusals, cards, strict=True):
+        text = status.message
+        parts.append(text if card is None or card in text else f"{card}: {text}")
+    first = refusals[0]
+    return Status(first.code, ("; ".join(parts),), first.plugin, first.reason_code)
+
+
+class Placer:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._failed: dict[object, tuple[int, Unschedulable]] = {}
+        self._options: dict[str, list[Option]] = {}
+
+    def options(self, task: Task) -> list[Option]:
+        """The pod as each card it may run on restricts it (itself if it names none)."""
+        found = self._options.get(task.pod.key)
+        if found is not None:
+            return found
+        pod = task.pod
+        names = task.card_names() if pod.gpu.count else ()
+        out: list[Option] = [(pod, None)] if not names else []
+        for card in names:
+            selector = pod.node_selector
+            replicas = mps_replicas(card)
+            if replicas:
+                selector = tuple(sorted({*selector, (REPLICAS_LABEL, str(replicas))}))
+            gpu = replace(pod.gpu, models=(card_product(card),))
+            out.append((replace(pod, gpu=gpu, node_selector=selector), card))
+        self._options[task.pod.key] = out
+        return out
+
+    def schedule(self, pod: PodSpec) -> Outcome:
+        """A cycle, unless a pod of this shape already failed and nothing was released since."""
+        session = self.session
+        shape = pod.shape
+        failed = self._failed.get(shape)
+        if failed is not None and failed[0] == session.releases:
+            return Unschedulable(pod, failed[1].status, failed[1].node_reasons)
+        outcome = session.scheduler.schedule(session.state, pod)
+        if isinstance(outcome, Unschedulable):
+            self._failed[shape] = (session.releases, outcome)
+        return outcome
+
+    def place(self, statement: Statement, task: Task, pipeline: bool = False) -> Status | None:
+        """Place ``task`` through ``statement``; the reason it cannot be placed, if so."""
+        session = self.session
+        job = session.job_of[task.pod.key]
+        refusals: list[Status] = []
+        cards: list[str | None] = []
+        for pod, card in self.options(task):
+            vec = session.vector(task, card)
+            verdict = session.check_allocatable(job, task, vec)
+            if verdict is None:
+                outcome = self.schedule(pod)
+                if isinstance(outcome, Placement):
+                    statement.allocate(task, outcome.node, outcome.gpus, card, pipeline)
+                    return None
+                verdict = outcome.status
+            refusals.append(verdict)
+            cards.append(card)
+        return combine(refusals, cards)
+
+    def fits(self, pod: PodSpec, node: int) -> tuple[int, ...] | None:
+        """The GPUs ``pod`` would get on ``node`` if every filter passes it there, else None."""
+        session = self.session
+        scheduler, state = session.scheduler, session.state
+        cycle = CycleState(state, pod)
+        for pre in scheduler.pre_filters:
+            if not pre.pre_filter(cycle, pod).ok:
+                return None
+        nodes = np.array([node], dtype=np.int64)
+        for plugin in scheduler.filters:
+            if not bool(plugin.filter(cycle, pod, nodes).ok[0]):
+                return None
+        return scheduler.gpu_choice.choose_gpus(state, pod, node) if pod.gpu.count else ()

@@ -1,0 +1,183 @@
+"""The preempt action: a job takes room from lower-priority jobs of its own queue.
+
+For each queue (in queue order) and each of its jobs still not ready (in job order), the
+running pods of the queue's other jobs that have run at least the queue's min-runtime
+are the candidates; the ``preemptable`` plugins (priority: strictly lower job priority)
+judge each victim unit. The job's pods are placed one by one, each in free room if there
+is some and else by evicting the fewest units on the best node (see ``victims``), all in
+one statement kept only if the job becomes ready. Its pods are then nominated to their
+nodes: they bind in a later session, once the victims are gone.
+
+A queue's victim units are worked out once per action, and only once the judges would let
+some waiting job take a pod of the queue; a job that would fail like one that failed
+before (see ``Failures``) is not tried again in the action. A queue of hundreds of
+similar jobs costs a few attempts, not hundreds.
+"""
+
+from __future__ import annotations
+
+from kgpu.actions.allocate import schedulable
+from kgpu.actions.placement import Placer
+from kgpu.actions.victims import VictimPool, make_room, old_enough
+from kgpu.framework.scheduler import Placement
+from kgpu.framework.session import Session
+from kgpu.model.card import NAME_ANNOTATION
+from kgpu.model.job import JobInfo
+from kgpu.model.pod import PodSpec
+
+
+def take_room(
+    session: Session,
+    placer: Placer,
+    job: JobInfo,
+    pool: VictimPool,
+    reclaim: bool,
+    message: str,
+    queues: set[int] | None = None,
+) -> bool:
+    """Place ``job``'s pods until it is ready, evicting units of ``pool`` as needed; all or
+    nothing."""
+    statement = session.statement()
+    refused: set[int] = set()
+    for task in list(job.pending):
+        if session.ready(job):
+            break
+        placed = False
+        for option in placer.options(task):
+            pod, card = option
+            vec = session.vector(task, card)
+            if session.check_allocatable(job, task, vec) is None:
+                outcome = placer.schedule(pod)
+                if isinstance(outcome, Placement):
+                    statement.allocate(task, outcome.node, outcome.gpus, card, pipeline=True)
+                    placed = True
+                    break
+            if make_room(
+                session,
+                placer,
+                statement,
+                job,
+                task,
+                option,
+                pool,
+                reclaim,
+                message,
+                queues,
+                refused,
+            ):
+                placed = True
+                break
+        if not placed:
+            break
+    if session.ready(job):
+        statement.commit()
+        return True
+    statement.discard()
+    return False
+
+
+class Failures:
+    """Jobs that could not take room in this action, and a test that a job would fail too.
+
+    Taking room only shrinks what is left to take, so a job fails like one that failed
+    before when it is of the same queue and priority, has the same placement constraints
+    and asks at least as much: for a job of one pod, as much CPU, memory and GPU (of the
+    same kind: a share, or whole GPUs); for a gang, pods of the very same shapes.
+    """
+
+    def __init__(self) -> None:
+        self._alike: set[tuple[object, ...]] = set()
+        self._smaller: dict[tuple[object, ...], list[tuple[int, int, int]]] = {}
+
+    @staticmethod
+    def _sizes(session: Session, job: JobInfo, queue: int) -> tuple[object, ...]:
+        pods = session.needed(job)
+        return (queue, job.spec.priority, tuple(_shape(t.pod) for t in pods))
+
+    @staticmethod
+    def _single(
+        session: Session, job: JobInfo, queue: int
+    ) -> tuple[tuple[object, ...], tuple[int, int, int]] | None:
+        pods = session.needed(job)
+        if len(pods) != 1:
+            return None
+        pod = pods[0].pod
+        kind = "share" if pod.gpu.is_shared else "whole"
+        key = (
+            queue,
+            job.spec.priority,
+            kind,
+            pod.node_selector,
+            pod.tolerations,
+            pod.gpu.models,
+            pod.annotations.get(NAME_ANNOTATION),
+        )
+        return key, (pod.cpu_milli, pod.memory_mib, pod.gpu.total_milli)
+
+    def known(self, session: Session, job: JobInfo, queue: int) -> bool:
+        if self._sizes(session, job, queue) in self._alike:
+            return True
+        single = self._single(session, job, queue)
+        if single is None:
+            return False
+        key, size = single
+        return any(
+            all(a <= b for a, b in zip(small, size, strict=True))
+            for small in self._smaller.get(key, ())
+        )
+
+    def add(self, session: Session, job: JobInfo, queue: int) -> None:
+        self._alike.add(self._sizes(session, job, queue))
+        single = self._single(session, job, queue)
+        if single is not None:
+            self._smaller.setdefault(single[0], []).append(single[1])
+
+
+def _shape(pod: PodSpec) -> tuple[object, ...]:
+    return (pod.shape, pod.annotations.get(NAME_ANNOTATION))
+
+
+class Preempt:
+    name = "preempt"
+
+    def execute(self, session: Session) -> None:
+        if not session.preemptable:
+            return
+        placer = Placer(session)
+        by_queue: dict[int, list[JobInfo]] = {}
+        for job in session.jobs:
+            if job.queue >= 0:
+                by_queue.setdefault(job.queue, []).append(job)
+        failures = Failures()
+        hopeless: set[tuple[int, int]] = set()
+        for queue in sorted(by_queue, key=session.queue_key):
+            jobs = by_queue[queue]
+            pool: VictimPool | None = None
+            waiting = [j for j in jobs if schedulable(session, j) and not session.ready(j)]
+            for job in sorted(waiting, key=session.job_key):
+                if (queue, job.spec.priority) in hopeless or failures.known(session, job, queue):
+                    continue
+                if not _anyone_gives(session, job, jobs):
+                    hopeless.add((queue, job.spec.priority))
+                    continue
+                if pool is None:
+                    candidates = [t for j in jobs for t in j.running if old_enough(session, t)]
+                    pool = VictimPool(session, candidates)
+                name = session.tree.name(queue)
+                message = f"preempted by {job.key} (priority {job.spec.priority}) in queue {name}"
+                if not take_room(session, placer, job, pool, False, message):
+                    failures.add(session, job, queue)
+
+
+def _anyone_gives(session: Session, job: JobInfo, jobs: list[JobInfo]) -> bool:
+    """Would the judges let ``job`` take a pod of any other running job of its queue?
+
+    Asked about one pod of each job, stopping at the first yes: the shipped judges look at
+    jobs (their priority), not at single pods, so a no for every job is a no for all.
+    """
+    for other in jobs:
+        if other is not job and other.running:
+            pod = other.running[0]
+            if old_enough(session, pod) and session.victim_ok(job, [pod], reclaim=False):
+                return True
+    return False

@@ -1,0 +1,438 @@
+"""A scheduling session: a snapshot in, plugins' callbacks, actions in order, decisions out.
+
+``Session(snapshot, scheduler, plugins)`` opens over a ClusterState, the queues, the jobs
+and their tasks; each plugin's ``on_open`` registers callbacks; the caller runs actions
+(enqueue, allocate, backfill, reclaim, preempt: any order) with ``action.execute(session)``;
+``close()`` returns the decisions as data: binds, evictions, nominations (pods waiting
+for their victims to go), pending pods with reasons, and events.
+
+Changes go through a :class:`Statement`: tentative allocations and evictions are logged
+and either committed together or discarded in reverse order, so a gang holds nothing
+unless all of it fits. After ``close()`` the state holds exactly what it held at open plus
+the committed binds: evictions and nominations are decisions for the edge to carry out
+(the victims' resources come back when they are gone), not changes to the snapshot.
+
+How callbacks combine (plugins in profile order):
+
+- ``job_order``, ``task_order``, ``queue_order``, ``victim_order`` give sort keys; keys
+  compare in registration order, so the first plugin that tells two items apart decides
+  (Volcano's "first non-zero wins"). Ties fall back to creation time, then name; victims
+  to the youngest first.
+- ``job_ready(job, pods)``: every plugin must agree; with none, one pod makes a job ready.
+- ``job_valid``, ``enqueueable``, ``allocatable``: every plugin must pass; the first
+  refusal is the reason given. Queue limits are checked first, always, by the session.
+- ``preemptable`` and ``reclaimable`` judge a victim unit (an extra pod, or all pods of a
+  job whose gang would break): every plugin that registered must accept it; with none
+  registered there are no victims. ``can_reclaim``: every plugin must agree, none: no.
+  ``reclaim_from(job, queues)`` narrows the queues victims may come from, before any unit
+  is judged: each plugin keeps a subset of what the one before it kept.
+- ``on_admit(job)`` handlers all hear of each job the enqueue action admits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kgpu.framework.scheduler import Scheduler
+from kgpu.framework.status import Code, Status
+from kgpu.model.card import NAME_ANNOTATION, card_units, node_cards
+from kgpu.model.decision import Bind, Event, Evict, Nomination
+from kgpu.model.job import JobInfo, JobKey, JobSpec, Task, card_problem, singleton_job
+from kgpu.model.ledger import QueueLedger, Shortfall
+from kgpu.model.pod import PodKey
+from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec, QueueTree
+from kgpu.model.resources import BASE, CPU, GPU, MEMORY, Vector, add
+from kgpu.state.cluster import Allocation, ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    pod: PodKey
+    status: Status
+    message: str
+
+
+@dataclass(slots=True)
+class SessionResult:
+    binds: list[Bind] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    evictions: list[Evict] = field(default_factory=list)
+    nominations: list[Nomination] = field(default_factory=list)
+    allocated: dict[str, Vector] = field(default_factory=dict)  # per queue, at close
+    fair: dict[str, Vector] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    state: ClusterState
+    queues: Sequence[QueueSpec] = ()
+    jobs: Sequence[JobSpec] = ()
+    tasks: Sequence[Task] = ()
+    now: float = 0.0
+
+
+class SessionPlugin(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def on_open(self, session: Session) -> None:
+        """Register callbacks (and compute what they need) for this session."""
+        ...
+
+
+class Action(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def execute(self, session: Session) -> None: ...
+
+
+Key = tuple[Any, ...]
+Verdict = Status | None  # None: no objection
+NOT_TRIED = Status(Code.UNSCHEDULABLE, ("not tried in this session",), reason_code="NotTried")
+
+
+def quota_status(short: Shortfall) -> Status:
+    return Status(Code.UNSCHEDULABLE, (short.message,), "queue", short.code)
+
+
+@dataclass(slots=True)
+class _Op:
+    kind: str  # "allocate", "pipeline" or "evict"
+    task: Task
+    job: JobInfo
+    alloc: Allocation
+    vec: Vector
+    index: int  # where the task sat in its job's list, to put it back there
+    message: str = ""
+
+
+class Statement:
+    """Tentative allocations and evictions: ``commit`` them together or ``discard`` them."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.ops: list[_Op] = []
+
+    def allocate(
+        self, task: Task, node: int, gpus: tuple[int, ...], card: str | None, pipeline: bool = False
+    ) -> None:
+        s = self.session
+        job = s.job_of[task.pod.key]
+        index = job.pending.index(task)
+        alloc = s.state.allocate(task.pod, node, gpus)
+        vec = s.vector(task, card)
+        s.ledger.charge(job.queue, vec)
+        del job.pending[index]
+        job.placed.append(task)
+        s.cards[task.pod.key] = card
+        self.ops.append(_Op("pipeline" if pipeline else "allocate", task, job, alloc, vec, index))
+
+    def evict(self, task: Task, message: str) -> None:
+        s = self.session
+        job = s.job_of[task.pod.key]
+        index = job.running.index(task)
+        alloc = s.state.release(task.pod.key)
+        vec = s.held(task)
+        s.ledger.charge(job.queue, vec, -1)
+        del job.running[index]
+        s.releases += 1
+        self.ops.append(_Op("evict", task, job, alloc, vec, index, message=message))
+
+    def discard(self) -> None:
+        s = self.session
+        for op in reversed(self.ops):
+            if op.kind == "evict":
+                s.state.allocate(op.task.pod, op.alloc.node, op.alloc.gpus)
+                s.ledger.charge(op.job.queue, op.vec)
+                op.job.running.insert(op.index, op.task)
+            else:
+                s.state.release(op.task.pod.key)
+                s.ledger.charge(op.job.queue, op.vec, -1)
+                op.job.placed.remove(op.task)
+                op.job.pending.insert(op.index, op.task)
+                s.releases += 1
+        self.ops = []
+
+    def commit(self) -> None:
+        self.session._record(self.ops)
+        self.ops = []
+
+
+class Session:
+    def __init__(
+        self, snapshot: Snapshot, scheduler: Scheduler, plugins: Sequence[SessionPlugin] = ()
+    ) -> None:
+        self.state = snapshot.state
+        self.scheduler = scheduler
+        self.now = snapshot.now
+        specs = list(snapshot.queues)
+        if not any(q.name == DEFAULT_QUEUE for q in specs):
+            specs.append(QueueSpec(DEFAULT_QUEUE))
+        self.tree = QueueTree(specs)
+        self.ledger = QueueLedger(self.tree)
+        self.result = SessionResult()
+        self.cards: dict[str, str | None] = {}  # card each running or placed task holds
+        self.releases = 0  # ticks on every release: what failed to fit before may fit now
+        self.statuses: dict[str, Status] = {}
+        self._provisional: list[_Op] = []
+        self._node_cards: dict[int, tuple[str, ...]] = {}
+        self.job_order: list[Callable[[JobInfo], Key]] = []
+        self.task_order: list[Callable[[Task], Key]] = []
+        self.queue_order: list[Callable[[int], Key]] = []
+        self.victim_order: list[Callable[[Task], Key]] = []
+        self.job_ready: list[Callable[[JobInfo, int], bool]] = []
+        self.job_valid: list[Callable[[JobInfo], Verdict]] = []
+        self.enqueueable: list[Callable[[JobInfo, Vector], Verdict]] = []
+        self.allocatable: list[Callable[[JobInfo, Task, Vector], Verdict]] = []
+        self.preemptable: list[Callable[[JobInfo, Sequence[Task]], bool]] = []
+        self.reclaimable: list[Callable[[JobInfo, Sequence[Task]], bool]] = []
+        self.can_reclaim: list[Callable[[JobInfo, Vector], bool]] = []
+        self.reclaim_from: list[Callable[[JobInfo, set[int]], set[int]]] = []
+        self.on_admit: list[Callable[[JobInfo], None]] = []
+        self._build_jobs(snapshot)
+        for plugin in plugins:
+            plugin.on_open(self)
+        for job in self.jobs:
+            if job.problem == "":
+                job.problem = next((v.message for f in self.job_valid if (v := f(job))), "")
+            job.pending.sort(key=self.task_key)
+
+    # ------------------------------------------------------------------ opening
+
+    def _build_jobs(self, snapshot: Snapshot) -> None:
+        specs = {spec.key: spec for spec in snapshot.jobs}
+        jobs: dict[JobKey, JobInfo] = {}
+        self.job_of: dict[str, JobInfo] = {}
+        allocations = self.state.allocations
+        # Sums per queue first, charged up the tree once: opening over tens of thousands of
+        # running pods must not walk the tree once per pod.
+        held = [[0, 0, 0] for _ in range(len(self.tree))]
+        for task in snapshot.tasks:
+            pod = task.pod
+            key = task.job or JobKey(pod.key)
+            job = jobs.get(key)
+            if job is None:
+                spec = specs.get(task.job) if task.job else singleton_job(task)
+                job = jobs[key] = self._new_job(spec or JobSpec(key), found=spec is not None)
+            self.job_of[pod.key] = job
+            carded = NAME_ANNOTATION in pod.annotations
+            if pod.key in allocations:
+                job.running.append(task)
+                if job.queue >= 0:
+                    sums = held[job.queue]
+                    sums[0] += pod.cpu_milli
+                    sums[1] += pod.memory_mib
+                    sums[2] += pod.gpu.total_milli
+                    if carded:
+                        self._charge_card(job, task)
+            else:
+                job.pending.append(task)
+                problem = card_problem(task) if carded else ""
+                if problem and not job.problem:
+                    job.problem = problem
+        for q, (cpu, memory, gpu) in enumerate(held):
+            if cpu or memory or gpu:
+                self.ledger.charge(q, {CPU: cpu, MEMORY: memory, GPU: gpu})
+        self.jobs = sorted(jobs.values(), key=lambda j: j.key)
+        asked = [[0, 0, 0] for _ in range(len(self.tree))]
+        for job in self.jobs:
+            if job.queue < 0 or not job.pending:
+                continue
+            sums = asked[job.queue]
+            for task in job.pending[: max(job.max_pods - job.alive, 0)]:
+                pod = task.pod
+                sums[0] += pod.cpu_milli
+                sums[1] += pod.memory_mib
+                sums[2] += pod.gpu.total_milli
+                card = self.first_card(task)
+                if card is not None:
+                    add(self.ledger.demand[job.queue], {card: card_units(card, pod.gpu)})
+        for q, (cpu, memory, gpu) in enumerate(asked):
+            if self.tree.is_leaf(q):  # jobs sit in leaves; parents' demand is their subtree's
+                add(self.ledger.demand[q], {CPU: cpu, MEMORY: memory, GPU: gpu})
+                add(self.ledger.demand[q], self.ledger.allocated[q])
+
+    def _new_job(self, spec: JobSpec, found: bool) -> JobInfo:
+        name = spec.queue or DEFAULT_QUEUE
+        queue = self.tree.index.get(name, -1)
+        job = JobInfo(spec, queue)
+        if not found:
+            job.problem = f"PodGroup {spec.key} does not exist"
+        elif queue < 0:
+            job.problem = f"queue {name} does not exist or is invalid"
+        elif not self.tree.is_leaf(queue):
+            job.problem = f"queue {name} has child queues; jobs go to leaf queues"
+            job.queue = -1
+        return job
+
+    def _charge_card(self, job: JobInfo, task: Task) -> None:
+        names = task.card_names() if not card_problem(task) else ()
+        if names and task.pod.gpu.count:
+            here = self.node_cards(self.state.allocations[task.pod.key].node)
+            card = next((c for c in names if c in here), None)
+            if card is not None:
+                self.cards[task.pod.key] = card
+                self.ledger.charge(job.queue, {card: card_units(card, task.pod.gpu)})
+
+    def first_card(self, task: Task) -> str | None:
+        names = task.card_names() if not card_problem(task) else ()
+        return names[0] if names and task.pod.gpu.count else None
+
+    def node_cards(self, node: int) -> tuple[str, ...]:
+        cards = self._node_cards.get(node)
+        if cards is None:
+            info = self.state.nodes[node]
+            cards = tuple(c.name for c in node_cards(info.labels, info.gpu_count))
+            self._node_cards[node] = cards
+        return cards
+
+    # ------------------------------------------------------------------ reading
+
+    def vector(self, task: Task, card: str | None) -> Vector:
+        pod = task.pod
+        vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: pod.gpu.total_milli}
+        if card is not None:
+            vec[card] = card_units(card, pod.gpu)
+        return vec
+
+    def held(self, task: Task) -> Vector:
+        return self.vector(task, self.cards.get(task.pod.key))
+
+    def held_total(self, tasks: Sequence[Task]) -> Vector:
+        """What ``tasks`` hold together (``held`` summed, without a vector per pod)."""
+        cpu = memory = gpu = 0
+        out: Vector = {}
+        for task in tasks:
+            pod = task.pod
+            cpu += pod.cpu_milli
+            memory += pod.memory_mib
+            gpu += pod.gpu.total_milli
+            card = self.cards.get(pod.key)
+            if card is not None:
+                out[card] = out.get(card, 0) + card_units(card, pod.gpu)
+        out.update({CPU: cpu, MEMORY: memory, GPU: gpu})
+        return out
+
+    def job_key(self, job: JobInfo) -> Key:
+        return (*(f(job) for f in self.job_order), job.spec.created, job.key)
+
+    def task_key(self, task: Task) -> Key:
+        return (*(f(task) for f in self.task_order), task.pod.key)
+
+    def queue_key(self, queue: int) -> Key:
+        return (*(f(queue) for f in self.queue_order), self.tree.name(queue))
+
+    def victim_key(self, task: Task) -> Key:
+        return (*self.victim_head(task), -task.started, task.pod.key)
+
+    def victim_head(self, task: Task) -> Key:
+        """The plugins' part of ``victim_key``: the same for the pods of one job."""
+        return tuple(f(task) for f in self.victim_order)
+
+    def ready(self, job: JobInfo, pods: int | None = None) -> bool:
+        count = len(job.running) + len(job.placed) if pods is None else pods
+        if not self.job_ready:
+            return count >= 1
+        return all(judge(job, count) for judge in self.job_ready)
+
+    def needed(self, job: JobInfo) -> list[Task]:
+        """The job's next pods: those that make it ready, or one if it is ready."""
+        count = 1
+        while count < len(job.pending) and not self.ready(job, job.alive + count):
+            count += 1
+        return job.pending[:count]
+
+    def need(self, job: JobInfo) -> Vector:
+        """What ``needed(job)`` asks for (each pod as its first card)."""
+        out: Vector = {}
+        for task in self.needed(job):
+            add(out, self.vector(task, self.first_card(task)))
+        return out
+
+    def check_allocatable(self, job: JobInfo, task: Task, vec: Vector) -> Verdict:
+        short = self.ledger.shortfall(job.queue, vec)
+        if short is not None:
+            return quota_status(short)
+        return next((v for f in self.allocatable if (v := f(job, task, vec)) is not None), None)
+
+    def check_enqueueable(self, job: JobInfo, vec: Vector) -> Verdict:
+        short = self.ledger.shortfall(job.queue, vec, with_inqueue=True, resources=BASE)
+        if short is not None:
+            return quota_status(short)
+        return next((v for f in self.enqueueable if (v := f(job, vec)) is not None), None)
+
+    def victim_queues(self, job: JobInfo, candidates: set[int]) -> set[int]:
+        """Of ``candidates``, the queues ``job`` may reclaim from."""
+        out = candidates
+        for f in self.reclaim_from:
+            out = f(job, out)
+        return out
+
+    def victim_ok(self, job: JobInfo, unit: Sequence[Task], reclaim: bool) -> bool:
+        judges = self.reclaimable if reclaim else self.preemptable
+        return bool(judges) and all(f(job, unit) for f in judges)
+
+    # ------------------------------------------------------------------ deciding
+
+    def statement(self) -> Statement:
+        return Statement(self)
+
+    def note(self, job: JobInfo, status: Status, tasks: Sequence[Task] | None = None) -> None:
+        """Why ``tasks`` (all the job's pending pods by default) wait; the last word stays."""
+        for task in job.pending if tasks is None else tasks:
+            self.statuses[task.pod.key] = status
+
+    def invalid(self, job: JobInfo) -> Status:
+        return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (job.problem,), "", "InvalidJob")
+
+    def event(self, key: str, kind: str, type_: str, reason: str, message: str) -> None:
+        self.result.events.append(Event(PodKey(key), type_, reason, message, kind))
+
+    def _record(self, ops: list[_Op]) -> None:
+        names = self.state.nodes
+        for op in ops:
+            pod, node = op.task.pod, names[op.alloc.node].name
+            if op.kind == "allocate":
+                self.result.binds.append(Bind(pod.key, node, op.alloc.gpus, op.alloc.gpu_milli))
+                where = f"{node}" + (
+                    f" (GPUs {','.join(map(str, op.alloc.gpus))})" if op.alloc.gpus else ""
+                )
+                self.event(
+                    pod.key,
+                    "Pod",
+                    "Normal",
+                    "Scheduled",
+                    f"Successfully assigned {pod.key} to {where}",
+                )
+            elif op.kind == "pipeline":
+                self.result.nominations.append(Nomination(pod.key, node, op.alloc.gpus))
+                self._provisional.append(op)
+            else:
+                reason = "Reclaimed" if op.message.startswith("reclaimed") else "Preempted"
+                self.result.evictions.append(Evict(pod.key, node, reason, op.message))
+                self.event(pod.key, "Pod", "Warning", reason, op.message)
+                self._provisional.append(op)
+
+    def close(self) -> SessionResult:
+        """Undo nominations and evictions in the state, and report every pod still pending."""
+        for op in reversed(self._provisional):
+            if op.kind == "evict":
+                self.state.allocate(op.task.pod, op.alloc.node, op.alloc.gpus)
+            else:
+                self.state.release(op.task.pod.key)
+        self._provisional = []
+        result = self.result
+        for job in self.jobs:
+            for task in job.pending:
+                key = task.pod.key
+                status = self.invalid(job) if job.problem else self.statuses.get(key, NOT_TRIED)
+                result.pending.append(Pending(key, status, status.message))
+                self.event(key, "Pod", "Warning", "FailedScheduling", status.message)
+        for q, spec in enumerate(self.tree.specs):
+            result.allocated[spec.name] = dict(self.ledger.allocated[q])
+            result.fair[spec.name] = dict(self.ledger.fair[q])
+        return result

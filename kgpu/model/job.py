@@ -1,0 +1,101 @@
+"""Jobs (PodGroups) and their tasks (pods), as a scheduling session sees them.
+
+A job is placed as a gang: ``min_member`` of its pods or none. An elastic job has more pods
+than that (up to ``max_member``); the pods past the minimum are extras, placed as capacity
+allows and the first to go when resources are taken back. A pod that names no job is a job
+of its own with ``min_member`` 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NewType
+
+from kgpu.model.card import NAME_ANNOTATION, CardError, parse_card_name
+from kgpu.model.pod import PodSpec
+
+JobKey = NewType("JobKey", str)  # "namespace/name" of the PodGroup
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A PodGroup: its queue, gang size, elastic bound, priority and card request.
+
+    ``max_member`` 0 means as many pods as the job has. ``created`` orders jobs of equal
+    priority (earlier first). ``card_request`` is ``volcano.sh/card.request``: card
+    alternatives to whole cards, checked against the queue's card quota at enqueue.
+    """
+
+    key: JobKey
+    queue: str = ""
+    min_member: int = 1
+    max_member: int = 0
+    priority: int = 0
+    created: float = 0.0
+    card_request: Mapping[tuple[str, ...], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One pod of a job. It is running when the session's ClusterState holds it, since
+    ``started`` (seconds, on the clock the snapshot's ``now`` is read from)."""
+
+    pod: PodSpec
+    job: JobKey = JobKey("")
+    started: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return self.pod.key
+
+    def card_names(self) -> tuple[str, ...]:
+        """The ``volcano.sh/card.name`` alternatives, in order (CardError if malformed)."""
+        text = self.pod.annotations.get(NAME_ANNOTATION)
+        return parse_card_name(text) if text is not None else ()
+
+
+def singleton_job(task: Task) -> JobSpec:
+    """The job of a pod that names none: itself, in its own queue, at its own priority."""
+    return JobSpec(key=JobKey(task.pod.key), queue=task.pod.queue, priority=task.pod.priority)
+
+
+@dataclass(slots=True)
+class JobInfo:
+    """A job during one session: its tasks by state and what the session did with them.
+
+    ``running`` are the tasks holding resources when the session opened and not evicted
+    since; ``placed`` the tasks the session gave a node (bound or pipelined); ``pending``
+    the tasks still waiting, in the order they are to be tried.
+    """
+
+    spec: JobSpec
+    queue: int  # index in the session's QueueTree, -1 if the queue is unusable
+    running: list[Task] = field(default_factory=list)
+    pending: list[Task] = field(default_factory=list)
+    placed: list[Task] = field(default_factory=list)
+    admitted: bool = True
+    problem: str = ""  # why the job cannot be scheduled at all (bad queue, bad card name)
+
+    @property
+    def key(self) -> JobKey:
+        return self.spec.key
+
+    @property
+    def alive(self) -> int:
+        """Pods that hold or will hold resources once the session's decisions are done."""
+        return len(self.running) + len(self.placed)
+
+    @property
+    def max_pods(self) -> int:
+        total = len(self.running) + len(self.placed) + len(self.pending)
+        return min(total, self.spec.max_member) if self.spec.max_member else total
+
+
+def card_problem(task: Task) -> str:
+    """Why a task's card annotation cannot be read, or "" if it can."""
+    try:
+        task.card_names()
+    except CardError as exc:
+        return f"Pod {task.pod.key}: {exc}"
+    return ""

@@ -1,0 +1,112 @@
+"""What each queue holds, has admitted and should hold: the accounts a session keeps.
+
+Every change to a queue's account is also a change to its ancestors' accounts: a pod
+placed in ``team-a/research`` counts in ``research``, in ``team-a`` and up to the top.
+Limits are checked the same way, on every queue of the path: a child never takes its
+parent past the parent's limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from kgpu.model.queue import QueueTree
+from kgpu.model.resources import CPU, MEMORY, Vector, add, show
+
+INSUFFICIENT_CPU_QUOTA: Final = "InsufficientCPUQuota"
+INSUFFICIENT_MEMORY_QUOTA: Final = "InsufficientMemoryQuota"
+INSUFFICIENT_SCALAR_QUOTA: Final = "InsufficientScalarQuota"
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """A request a queue's quota cannot take: "queue team-a: NVIDIA-A100-80GB requested 4,
+    allocated 3, quota 5"."""
+
+    queue: str
+    resource: str
+    requested: int
+    allocated: int
+    quota: int
+
+    @property
+    def code(self) -> str:
+        if self.resource == CPU:
+            return INSUFFICIENT_CPU_QUOTA
+        if self.resource == MEMORY:
+            return INSUFFICIENT_MEMORY_QUOTA
+        return INSUFFICIENT_SCALAR_QUOTA
+
+    @property
+    def message(self) -> str:
+        r = self.resource
+        return (
+            f"queue {self.queue}: {r} requested {show(r, self.requested)}, "
+            f"allocated {show(r, self.allocated)}, quota {show(r, self.quota)}"
+        )
+
+
+class QueueLedger:
+    """Per queue: ``allocated`` (held now, the session's tentative placements included),
+    ``inqueue`` (minimum resources of jobs admitted but not yet placed), ``demand`` (held
+    plus asked, as the session opened) and ``fair`` (the fair share, set by a fair-share
+    plugin; empty when none runs)."""
+
+    def __init__(self, tree: QueueTree) -> None:
+        n = len(tree)
+        self.tree = tree
+        self.allocated: list[Vector] = [{} for _ in range(n)]
+        self.inqueue: list[Vector] = [{} for _ in range(n)]
+        self.demand: list[Vector] = [{} for _ in range(n)]
+        self.fair: list[Vector] = [{} for _ in range(n)]
+        self.version = 0  # ticks on every change: what is derived from the accounts is stale
+        self.changed: list[int] = [0] * n  # the version of each queue's last change
+        # Volcano's cardUnlimitedCpuMemory: pods that hold a card are not held to the
+        # CPU and memory limits of their queue.
+        self.card_unlimited_cpu_memory = False
+
+    def charge(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
+        self.version += 1
+        for q in self.tree.path[queue]:
+            add(self.allocated[q], vec, sign)
+            self.changed[q] = self.version
+
+    def admit(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
+        for q in self.tree.path[queue]:
+            add(self.inqueue[q], vec, sign)
+
+    def exempt(self, vec: Mapping[str, int]) -> frozenset[str]:
+        """Resources a request is not held to: CPU and memory for a card holder, if so set."""
+        if self.card_unlimited_cpu_memory and any(
+            amount for r, amount in vec.items() if r not in (CPU, MEMORY, "gpu")
+        ):
+            return frozenset((CPU, MEMORY))
+        return frozenset()
+
+    def shortfall(
+        self,
+        queue: int,
+        vec: Mapping[str, int],
+        *,
+        with_inqueue: bool = False,
+        resources: Iterable[str] | None = None,
+    ) -> Shortfall | None:
+        """The first limit on the queue's path that ``vec`` more would pass, if any."""
+        names = list(vec if resources is None else resources)
+        skip = self.exempt(vec)
+        for q in self.tree.path[queue]:
+            limit = self.tree.specs[q].limit
+            if not limit:
+                continue
+            held = self.allocated[q]
+            queued = self.inqueue[q] if with_inqueue else {}
+            for r in names:
+                amount = vec.get(r, 0)
+                if amount <= 0 or r in skip or r not in limit:
+                    continue
+                already = held.get(r, 0) + queued.get(r, 0)
+                if already + amount > limit[r]:
+                    return Shortfall(self.tree.specs[q].name, r, amount, already, limit[r])
+        return None

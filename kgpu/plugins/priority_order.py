@@ -1,0 +1,35 @@
+"""Priority: higher-priority jobs and pods first, and lower-priority jobs as victims.
+
+Inside a queue a job of higher priority is tried first, then (the session's fallback) the
+job created first. Preemption may only take pods of jobs of strictly lower priority than
+the preemptor; among victims the lowest-priority job goes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kgpu.framework.session import Session, SessionPlugin
+from kgpu.model.job import JobInfo, Task
+from kgpu.plugins import names
+
+
+class PriorityOrder:
+    name = names.PRIORITY
+
+    def on_open(self, session: Session) -> None:
+        job_of = session.job_of
+        session.job_order.append(lambda job: (-job.spec.priority,))
+        session.task_order.append(lambda task: (-task.pod.priority,))
+        session.victim_order.append(
+            lambda task: (job_of[task.pod.key].spec.priority, task.pod.priority)
+        )
+
+        def lower(preemptor: JobInfo, unit: Sequence[Task]) -> bool:
+            bar = preemptor.spec.priority
+            return all(job_of[t.pod.key].spec.priority < bar for t in unit)
+
+        session.preemptable.append(lower)
+
+
+_: type[SessionPlugin] = PriorityOrder

@@ -1,0 +1,140 @@
+"""Proportion: fair shares of the queue tree, the queue order, and who may reclaim from whom.
+
+At open the fair share of every queue is computed top down from the cluster's capacity and
+the queues' demand (:mod:`kgpu.model.fair_share`, explained in docs/QUEUES.md). Then:
+
+- queue order: the queue with the lowest dominant ratio (held ÷ fair share, the largest
+  over resources) goes first; among equals the higher queue priority;
+- victim order: pods of the most over-served queue first;
+- can_reclaim: a job may take resources back only while its queue, with the job's
+  needs added, stays within its fair share in every resource the job asks for;
+- reclaimable: a victim unit may be taken when, below the lowest common ancestor of the
+  two queues, every queue on the victim's side is over its fair share in a resource the
+  unit holds and keeps at least its deserved quota once the unit is gone, and every queue
+  on the reclaimer's side stays within its fair share with the reclaimer's needs added.
+  The last rule is what keeps two queues from taking the same GPUs back and forth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from kgpu.framework.session import Session, SessionPlugin
+from kgpu.model.card import node_cards
+from kgpu.model.fair_share import dominant_ratio, fair_shares
+from kgpu.model.job import JobInfo, Task
+from kgpu.model.resources import CPU, GPU, MEMORY, MILLI, Vector
+from kgpu.plugins import names
+from kgpu.state.cluster import ClusterState
+
+
+def capacity(state: ClusterState) -> Vector:
+    """What the schedulable nodes offer: CPU, memory, GPU milli, and milli-cards by name."""
+    ok = state.schedulable
+    cap: Vector = {
+        CPU: int(state.cpu_cap[ok].sum()),
+        MEMORY: int(state.mem_cap[ok].sum()),
+        GPU: int(state.gpu_cap[ok].sum()),
+    }
+    for n in ok.nonzero()[0].tolist():
+        info = state.nodes[n]
+        for card in node_cards(info.labels, info.gpu_count):
+            cap[card.name] = cap.get(card.name, 0) + card.count * MILLI
+    return cap
+
+
+class Proportion:
+    name = names.PROPORTION
+
+    def on_open(self, session: Session) -> None:
+        ledger, tree = session.ledger, session.tree
+        ledger.fair = fair_shares(tree, capacity(session.state), ledger.demand)
+
+        ratios: dict[int, tuple[int, float]] = {}
+
+        def ratio(queue: int) -> float:
+            """The queue's dominant ratio, kept until the queue's account next changes."""
+            found = ratios.get(queue)
+            if found is not None and found[0] >= ledger.changed[queue]:
+                return found[1]
+            value = dominant_ratio(ledger.allocated[queue], ledger.fair[queue])
+            ratios[queue] = (ledger.version, value)
+            return value
+
+        def within_fair(queues: Iterable[int], need: Mapping[str, int]) -> bool:
+            for q in queues:
+                held, fair = ledger.allocated[q], ledger.fair[q]
+                for r, amount in need.items():
+                    if amount > 0 and held.get(r, 0) + amount > fair.get(r, 0):
+                        return False
+            return True
+
+        lcas: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        # Queue-level verdicts, by (reclaimer, victim queue, resources the unit holds), for
+        # as long as nothing is released: one judgement per queue, not one per pod.
+        verdicts: dict[tuple[object, ...], bool] = {}
+        verdicts_at = [-1]
+
+        def queues_agree(reclaimer: JobInfo, theirs_q: int, involved: tuple[str, ...]) -> bool:
+            if verdicts_at[0] != session.releases:
+                verdicts.clear()
+                verdicts_at[0] = session.releases
+            key = (reclaimer.key, theirs_q, involved)
+            ok = verdicts.get(key)
+            if ok is None:
+                pair = (reclaimer.queue, theirs_q)
+                if pair not in lcas:
+                    lcas[pair] = tree.lca_below(*pair)
+                mine, theirs = lcas[pair]
+                ok = all(
+                    any(ledger.allocated[q].get(r, 0) > ledger.fair[q].get(r, 0) for r in involved)
+                    for q in theirs
+                ) and within_fair(mine, session.need(reclaimer))
+                verdicts[key] = ok
+            return ok
+
+        def reclaimable(reclaimer: JobInfo, unit: Sequence[Task]) -> bool:
+            theirs_q = session.job_of[unit[0].pod.key].queue
+            if theirs_q < 0 or reclaimer.queue < 0 or theirs_q == reclaimer.queue:
+                return False
+            taken = session.held_total(unit)
+            involved = tuple(sorted(r for r, amount in taken.items() if amount > 0))
+            if not queues_agree(reclaimer, theirs_q, involved):
+                return False
+            for q in lcas[(reclaimer.queue, theirs_q)][1]:
+                held, deserved = ledger.allocated[q], tree.specs[q].deserved
+                for r in involved:
+                    floor = deserved.get(r, 0)
+                    if floor and held.get(r, 0) - taken[r] < floor:
+                        return False
+            return True
+
+        session.queue_order.append(lambda q: (ratio(q), -tree.specs[q].priority))
+        session.victim_order.append(lambda t: (-ratio(session.job_of[t.pod.key].queue),))
+        session.can_reclaim.append(lambda job, need: within_fair((job.queue,), need))
+
+        def reclaim_from(reclaimer: JobInfo, candidates: set[int]) -> set[int]:
+            """Of ``candidates``, the leaves whose path below the common ancestor is over its
+            share, when the reclaimer's side has room (a superset of what ``reclaimable``
+            takes from: it looks at the resources each unit holds)."""
+            out: set[int] = set()
+            need = session.need(reclaimer)
+            mine_ok: dict[tuple[int, ...], bool] = {}
+            for q in sorted(candidates):
+                if q == reclaimer.queue or q < 0 or ratio(q) <= 1.0:
+                    continue
+                pair = (reclaimer.queue, q)
+                if pair not in lcas:
+                    lcas[pair] = tree.lca_below(*pair)
+                mine, theirs = lcas[pair]
+                if mine not in mine_ok:
+                    mine_ok[mine] = within_fair(mine, need)
+                if mine_ok[mine] and all(ratio(v) > 1.0 for v in theirs):
+                    out.add(q)
+            return out
+
+        session.reclaimable.append(reclaimable)
+        session.reclaim_from.append(reclaim_from)
+
+
+_: type[SessionPlugin] = Proportion

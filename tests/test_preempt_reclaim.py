@@ -1,0 +1,197 @@
+"""Preemption inside a queue and reclaim across queues, snapshot in, evictions out."""
+
+from __future__ import annotations
+
+from kgpu.model.queue import QueueSpec
+from tests.builders import make_node, make_pod
+from tests.session_harness import Snap, binds, evicted, nominated, pending
+
+G = 1000
+
+
+def _gpus(n: int) -> dict[str, int]:
+    return {"gpu": n * G}
+
+
+# ------------------------------------------------------------------------------ preempt
+
+
+def test_preemption_takes_the_fewest_lowest_priority_victims_old_enough() -> None:
+    snap = Snap([make_node("a").gpus(4).build()], queues=[QueueSpec("q", min_runtime_s=60)])
+    for name, prio, gpus, started in (
+        ("low-big", 0, 2, 0.0),
+        ("low-young", 0, 1, 990.0),  # ran 10 s of its 60 s min-runtime: protected
+        ("mid", 5, 1, 0.0),
+    ):
+        snap.job(name, "q", priority=prio)
+        snap.running(make_pod(name).gpus(gpus), node="a", job=name, started=started)
+    snap.job("high", "q", priority=10)
+    snap.pending(make_pod("high").gpus(2), job="high")
+    result = snap.run()
+    assert binds(result) == []
+    assert evicted(result) == ["low-big"]
+    assert nominated(result) == [("high", "a")]
+    assert result.evictions[0].message == "preempted by default/high (priority 10) in queue q"
+    # The snapshot is left as it was: the edge evicts, and the pod binds in a later session.
+    assert set(snap.state.allocations) == {"default/low-big", "default/low-young", "default/mid"}
+
+
+def test_preemption_prefers_the_node_needing_fewer_victims() -> None:
+    snap = Snap([make_node("a").gpus(2).build(), make_node("b").gpus(2).build()], [QueueSpec("q")])
+    for name, node, prio, gpus in (("a1", "a", 0, 1), ("a2", "a", 0, 1), ("b1", "b", 1, 2)):
+        snap.job(name, "q", priority=prio)
+        snap.running(make_pod(name).gpus(gpus), node=node, job=name)
+    snap.job("high", "q", priority=10)
+    snap.pending(make_pod("high").gpus(2), job="high")
+    result = snap.run()
+    assert evicted(result) == ["b1"] and nominated(result) == [("high", "b")]
+
+
+def test_no_preemption_of_equal_priority_or_across_queues() -> None:
+    snap = Snap([make_node("a").gpus(2).build()], [QueueSpec("q"), QueueSpec("other")])
+    snap.job("peer", "q", priority=5)
+    snap.running(make_pod("peer").gpus(1), node="a", job="peer")
+    snap.job("stranger", "other", priority=0)
+    snap.running(make_pod("stranger").gpus(1), node="a", job="stranger")
+    snap.job("new", "q", priority=5)
+    snap.pending(make_pod("new").gpus(1), job="new")
+    result = snap.run(actions=("allocate", "preempt"))
+    assert result.evictions == [] and result.nominations == []
+    assert pending(result) == {"new": "0/1 nodes are available: 1 insufficient GPU."}
+
+
+def test_a_gang_victim_goes_whole_and_extras_go_first() -> None:
+    snap = Snap([make_node("a").gpus(4).build()], [QueueSpec("q")])
+    snap.job("gang", "q", min_member=2, priority=0)
+    for i in range(2):
+        snap.running(make_pod(f"gang-{i}").gpus(1), node="a", job="gang")
+    snap.job("elastic", "q", min_member=1, priority=0)
+    for i in range(2):
+        snap.running(make_pod(f"el-{i}").gpus(1), node="a", job="elastic", started=float(i))
+    snap.job("high", "q", priority=9)
+    snap.pending(make_pod("high").gpus(1), job="high")
+    result = snap.run()
+    assert evicted(result) == ["el-1"]  # the elastic job's youngest extra
+    snap2 = Snap([make_node("a").gpus(2).build()], [QueueSpec("q")])
+    snap2.job("gang", "q", min_member=2)
+    for i in range(2):
+        snap2.running(make_pod(f"gang-{i}").gpus(1), node="a", job="gang")
+    snap2.job("high", "q", priority=9)
+    snap2.pending(make_pod("high").gpus(1), job="high")
+    assert evicted(snap2.run()) == ["gang-0", "gang-1"]  # half a gang is no use to anyone
+
+
+# ------------------------------------------------------------------------------ reclaim
+
+
+def test_a_queue_below_its_fair_share_takes_back_what_was_borrowed() -> None:
+    snap = Snap(
+        [make_node("a").gpus(8).build()],
+        [QueueSpec("a", deserved=_gpus(4)), QueueSpec("b", deserved=_gpus(4))],
+    )
+    snap.job("borrower", "a", min_member=1)
+    for i in range(8):
+        snap.running(make_pod(f"a-{i}").gpus(1), node="a", job="borrower", started=float(i))
+    snap.job("owner", "b", min_member=2)
+    for i in range(2):
+        snap.pending(make_pod(f"b-{i}").gpus(1), job="owner")
+    result = snap.run()
+    assert result.fair["a"]["gpu"] == 6000 and result.fair["b"]["gpu"] == 2000
+    assert evicted(result) == ["a-6", "a-7"]  # the youngest extras
+    assert nominated(result) == [("b-0", "a"), ("b-1", "a")]
+    assert {e.reason for e in result.evictions} == {"Reclaimed"}
+    assert result.evictions[0].message == "reclaimed by queue b for default/owner"
+
+
+def test_reclaim_stops_at_the_reclaimers_fair_share() -> None:
+    snap = Snap(
+        [make_node("a").gpus(8).build()],
+        [QueueSpec("a", deserved=_gpus(6)), QueueSpec("b", deserved=_gpus(2))],
+    )
+    snap.job("borrower", "a")
+    for i in range(8):
+        snap.running(make_pod(f"a-{i}").gpus(1), node="a", job="borrower")
+    snap.job("owner", "b", min_member=4)
+    for i in range(4):
+        snap.pending(make_pod(f"b-{i}").gpus(1), job="owner")
+    result = snap.run()
+    assert result.fair["b"]["gpu"] == 2000
+    assert result.evictions == []  # 4 GPUs would take b past its fair share of 2
+
+
+def test_reclaim_never_takes_a_queue_below_its_deserved_share() -> None:
+    # Quotas ask 12 of 8 GPUs: fair shares are scaled to 4 and 4, but a keeps its 6.
+    snap = Snap(
+        [make_node("a").gpus(8).build()],
+        [QueueSpec("a", deserved=_gpus(6)), QueueSpec("b", deserved=_gpus(6))],
+    )
+    snap.job("borrower", "a")
+    for i in range(7):
+        snap.running(make_pod(f"a-{i}").gpus(1), node="a", job="borrower", started=float(i))
+    snap.running(make_pod("b-old").gpus(1), node="a", queue="b")
+    for i in range(7):
+        snap.pending(make_pod(f"b-{i}").gpus(1), queue="b")
+    result = snap.run()
+    assert result.fair["a"]["gpu"] == 4000 and result.fair["b"]["gpu"] == 4000
+    assert evicted(result) == ["a-6"]
+    assert nominated(result) == [("b-0", "a")]
+
+
+def test_victims_come_from_the_most_over_served_queue_first() -> None:
+    # b holds less than a but more over its fair share (5 of 4 against 7 of 6): b gives first.
+    nodes = [make_node(f"n{i}").gpus(4).build() for i in range(3)]
+    snap = Snap(
+        nodes,
+        [
+            QueueSpec("a", deserved=_gpus(3), over_quota_weight={"gpu": 3}),
+            QueueSpec("b", deserved=_gpus(3)),
+            QueueSpec("c", deserved=_gpus(6)),
+        ],
+    )
+    for i in range(7):
+        snap.running(make_pod(f"a-{i}").gpus(1), node=f"n{i % 3}", queue="a", started=9.0 + i)
+    for i in range(5):
+        snap.running(make_pod(f"b-{i}").gpus(1), node=f"n{(i + 1) % 3}", queue="b", started=i)
+    for i in range(2):
+        snap.pending(make_pod(f"c-{i}").gpus(1), queue="c")
+    result = snap.run()
+    assert (result.fair["a"]["gpu"], result.fair["b"]["gpu"]) == (6000, 4000)
+    assert [e.pod for e in result.evictions] == ["default/b-4", "default/a-6"]
+    assert sorted(p for p, _ in nominated(result)) == ["c-0", "c-1"]
+
+
+def test_siblings_reclaim_below_their_common_parent() -> None:
+    snap = Snap(
+        [make_node("a").gpus(8).build()],
+        [
+            QueueSpec("org", deserved=_gpus(4)),
+            QueueSpec("x", parent="org", deserved=_gpus(2)),
+            QueueSpec("y", parent="org", deserved=_gpus(2)),
+            QueueSpec("z", deserved=_gpus(4)),
+        ],
+    )
+    for i in range(6):
+        snap.running(make_pod(f"x-{i}").gpus(1), node="a", queue="x", started=float(i))
+    for i in range(2):
+        snap.running(make_pod(f"z-{i}").gpus(1), node="a", queue="z")
+    snap.job("y-job", "y", min_member=2)
+    for i in range(2):
+        snap.pending(make_pod(f"y-{i}").gpus(1), job="y-job")
+    result = snap.run()
+    assert (result.fair["org"]["gpu"], result.fair["x"]["gpu"], result.fair["y"]["gpu"]) == (
+        6000,
+        4000,
+        2000,
+    )
+    assert evicted(result) == ["x-4", "x-5"]
+
+
+def test_young_pods_are_not_reclaimed() -> None:
+    snap = Snap(
+        [make_node("a").gpus(2).build()],
+        [QueueSpec("a", deserved=_gpus(1), min_runtime_s=600), QueueSpec("b", deserved=_gpus(1))],
+    )
+    for i in range(2):
+        snap.running(make_pod(f"a-{i}").gpus(1), node="a", queue="a", started=900.0)
+    snap.pending(make_pod("b-0").gpus(1), queue="b")
+    assert snap.run().evictions == []

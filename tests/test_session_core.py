@@ -1,0 +1,130 @@
+"""The session itself: how callbacks combine, statements, and what close leaves behind."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from kgpu.actions.allocate import Allocate
+from kgpu.config import load_profile
+from kgpu.framework.session import Session, Statement
+from kgpu.framework.status import Code, Status
+from kgpu.model.job import JobInfo, Task
+from kgpu.model.queue import QueueSpec
+from kgpu.plugins.registry import build_scheduler
+from tests.builders import make_node, make_pod
+from tests.session_harness import Snap
+
+
+class _Recorder:
+    """A plugin registering fixed answers, to see how the session combines them."""
+
+    def __init__(self, name: str, order: int = 0, refuse: str = "", judge: bool = True) -> None:
+        self.name = name
+        self.order = order
+        self.refuse = refuse
+        self.judge = judge
+
+    def on_open(self, session: Session) -> None:
+        session.job_order.append(lambda job: (self.order if job.key.endswith("b") else 0,))
+        if self.refuse:
+            refusal = Status(Code.UNSCHEDULABLE, (self.refuse,), self.name, "Refused")
+            session.allocatable.append(lambda job, task, vec: refusal)
+        session.preemptable.append(lambda job, unit: self.judge)
+
+
+def _session(snap: Snap, *plugins: _Recorder) -> Session:
+    return Session(snap.snapshot(), build_scheduler(load_profile("bestfit")), plugins)
+
+
+def _two_jobs() -> Snap:
+    snap = Snap([make_node("n").gpus(1).build()], queues=[QueueSpec("q")])
+    snap.job("a", "q", created=0)
+    snap.job("b", "q", created=1)
+    snap.pending(make_pod("a").gpus(1), job="a")
+    snap.pending(make_pod("b").gpus(1), job="b")
+    return snap
+
+
+def test_orders_combine_first_plugin_that_tells_apart_decides() -> None:
+    session = _session(_two_jobs(), _Recorder("tie", 0), _Recorder("b-first", -1))
+    assert [j.key for j in sorted(session.jobs, key=session.job_key)] == ["default/b", "default/a"]
+    session = _session(_two_jobs(), _Recorder("a-first", 1), _Recorder("b-first", -1))
+    assert [j.key for j in sorted(session.jobs, key=session.job_key)] == ["default/a", "default/b"]
+    session = _session(_two_jobs())  # no plugin: creation time
+    assert [j.key for j in sorted(session.jobs, key=session.job_key)] == ["default/a", "default/b"]
+
+
+def test_allocatable_all_must_pass_and_the_first_refusal_is_the_reason() -> None:
+    session = _session(_two_jobs(), _Recorder("x", refuse="first"), _Recorder("y", refuse="second"))
+    Allocate().execute(session)
+    result = session.close()
+    assert result.binds == []
+    assert {p.message for p in result.pending} == {"first"}
+
+
+def test_victim_judges_must_all_accept_and_none_means_no_victims() -> None:
+    snap = _two_jobs()
+    job: JobInfo = _session(snap).jobs[0]
+    unit: Sequence[Task] = snap.tasks[:1]
+    assert not _session(snap).victim_ok(job, unit, reclaim=False)
+    assert _session(snap, _Recorder("y"), _Recorder("z")).victim_ok(job, unit, reclaim=False)
+    assert not _session(snap, _Recorder("y"), _Recorder("n", judge=False)).victim_ok(
+        job, unit, reclaim=False
+    )
+
+
+def test_statement_discard_undoes_in_reverse_and_restores_everything() -> None:
+    snap = Snap([make_node("n").gpus(4).build()], queues=[QueueSpec("q")])
+    victim = snap.running(make_pod("old").gpus(2), node="n", queue="q")
+    fresh = snap.pending(make_pod("new").gpus(4), queue="q")
+    session = _session(snap)
+    before = (dict(snap.state.allocations), snap.state.gpu_free.copy())
+    ledger_before = [dict(v) for v in session.ledger.allocated]
+    statement = Statement(session)
+    statement.evict(victim, "for the test")
+    statement.allocate(fresh, 0, (0, 1, 2, 3), None)
+    assert session.ledger.allocated[session.tree.index["q"]]["gpu"] == 4000
+    statement.discard()
+    assert snap.state.allocations == before[0]
+    assert (snap.state.gpu_free == before[1]).all()
+    assert session.ledger.allocated == ledger_before
+    assert session.job_of[fresh.pod.key].pending == [fresh]
+    snap.state.check_invariants()
+
+
+def test_close_leaves_the_snapshot_plus_binds_only() -> None:
+    snap = Snap([make_node("n").gpus(4).build()], queues=[QueueSpec("q")])
+    snap.job("low", "q", priority=0)
+    snap.running(make_pod("low").gpus(3), node="n", job="low")
+    snap.job("high", "q", priority=5)
+    snap.pending(make_pod("high").gpus(2), job="high")
+    snap.job("tiny", "q", priority=1)
+    snap.pending(make_pod("tiny").gpus(1), job="tiny")
+    result = snap.run(actions=("allocate", "preempt"))
+    assert [b.pod for b in result.binds] == ["default/tiny"]
+    assert [e.pod for e in result.evictions] == ["default/low"]
+    assert [n.pod for n in result.nominations] == ["default/high"]
+    assert set(snap.state.allocations) == {"default/low", "default/tiny"}
+
+
+def test_session_configuration_comes_from_the_profile_plugin_args() -> None:
+    from kgpu.actions.run import SessionConfig, session_config
+    from kgpu.framework.profile import Profile
+
+    profile = Profile(
+        name="queues",
+        gpu_choice="GpuTightest",
+        plugin_args={
+            "session": {"actions": ["allocate", "preempt"], "plugins": ["priority", "gang"]},
+            "capacity-card": {"cardUnlimitedCpuMemory": True},
+        },
+    )
+    config = session_config(profile)
+    assert config.actions == ("allocate", "preempt")
+    assert config.plugins == ("priority", "gang")
+    assert config.plugin_args["capacity-card"] == {"cardUnlimitedCpuMemory": True}
+    assert SessionConfig().actions == ("enqueue", "allocate", "backfill", "reclaim", "preempt")
+    with pytest.raises(ValueError, match="unknown session actions \\['shuffle'\\]"):
+        SessionConfig(actions=("allocate", "shuffle"))
