@@ -140,6 +140,65 @@ def simulate_manifests(directory: Path, policy: str, json_out: Path | None) -> N
         console.print(f"wrote {json_out}")
 
 
+@simulate.command("workspaces")
+@click.option(
+    "--nodes",
+    "nodes_path",
+    required=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Node manifests: a directory of *.yaml files or one file (bound Pods hold GPUs)",
+)
+@click.option(
+    "--workspaces",
+    "workspaces_path",
+    required=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Workspace manifests (kgpu.io/v1alpha1), placed in file order",
+)
+@click.option("--profile", default="byo", show_default=True, help="node-group profile or file")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
+def simulate_workspaces(
+    nodes_path: Path, workspaces_path: Path, profile: str, json_out: Path | None
+) -> None:
+    """Place inference Workspaces on a cluster's GPU node groups; print the group each got,
+    the nodes its replicas take, or why it is denied. Denials are an outcome: exit code 0."""
+    from kgpu.framework.group_scheduler import DENIAL
+    from kgpu.kube.workspace_admission import GroupProfileError
+    from kgpu.sim.manifests import ManifestError
+    from kgpu.sim.workspaces import Outcome
+    from kgpu.sim.workspaces import simulate_workspaces as run_workspaces
+
+    try:
+        run = run_workspaces(nodes_path, workspaces_path, profile)
+    except (GroupProfileError, ManifestError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    # Plain lines, not a table: a denial's reasons are long, one per node group.
+    out = Console(soft_wrap=True, highlight=False)
+    groups = ", ".join(f"{g} x{n}" for g, n in run.groups) or "none"
+    out.print(f"node groups: {groups}", markup=False)
+    for r in run.results:
+        if r.outcome == Outcome.DENIED:
+            out.print(f"{r.workspace}: {r.outcome}", style="yellow", markup=False)
+            lines = (DENIAL, *r.reasons) if r.reasons else (r.message,)
+        else:
+            taken = f" on {','.join(r.nodes)}" if r.nodes else ""
+            out.print(f"{r.workspace}: {r.outcome}{taken}", markup=False)
+            lines = (r.message,)
+        for line in lines:
+            out.print(f"    {line}", markup=False)
+    placed = sum(r.outcome != Outcome.DENIED for r in run.results)
+    out.print(
+        f"profile={profile} workspaces={len(run.results)} placed={placed} "
+        f"denied={len(run.results) - placed}",
+        markup=False,
+    )
+    for note in run.notes:
+        out.print(f"note: {note}", style="dim", markup=False)
+    if json_out is not None:
+        json_out.write_text(json.dumps(run.to_json(), indent=1))
+        out.print(f"wrote {json_out}", markup=False)
+
+
 def _bar_task(bar: Progress, name: str) -> tuple[Callable[[int], None], Callable[[int], None]]:
     """A bar for one replay: what to call per batch of pods, and once the count is known."""
     task = bar.add_task(name, total=None)

@@ -17,6 +17,13 @@ GPU_PACKING: Final = "GpuPacking"
 BEST_FIT: Final = "BestFit"
 FGD: Final = "FGD"
 STRAND_AWARE_FGD: Final = "StrandAwareFGD"
+
+# Node-group plugins: they filter and score groups of identical GPU nodes for a workspace.
+LABEL_FILTER: Final = "LabelFilter"
+NODE_RESOURCE_FILTER: Final = "NodeResourceFilter"
+NODE_GROUP_SIZE_FILTER: Final = "NodeGroupSizeFilter"
+CAPACITY_FILTER: Final = "CapacityFilter"
+RESOURCE_UTILIZATION_SCORER: Final = "ResourceUtilizationScorer"
 NODE_PLACEMENT: Final = "NodePlacement"
 
 # Session plugins: callbacks into a scheduling session (queues, jobs, victims).

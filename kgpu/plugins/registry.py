@@ -10,6 +10,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgpu.framework.group_scheduler import GroupScheduler
+from kgpu.framework.groups import (
+    GroupFilterPlugin,
+    GroupNodeFilterPlugin,
+    GroupProfile,
+    GroupScorePlugin,
+)
 from kgpu.framework.interfaces import (
     FilterPlugin,
     GpuChoicePlugin,
@@ -23,6 +30,7 @@ from kgpu.plugins import names
 from kgpu.plugins.best_fit import BestFit
 from kgpu.plugins.binpack_spread import NodePlacement
 from kgpu.plugins.capacity_card import CapacityCard
+from kgpu.plugins.capacity_filter import CapacityFilter
 from kgpu.plugins.dot_product import DotProduct
 from kgpu.plugins.fgd import FgdScore
 from kgpu.plugins.fragmentation import TypicalPod
@@ -31,11 +39,15 @@ from kgpu.plugins.gpu_choice import GpuRandom, GpuTightest
 from kgpu.plugins.gpu_clustering import GpuClustering
 from kgpu.plugins.gpu_fit import GpuFit
 from kgpu.plugins.gpu_packing import GpuPacking
+from kgpu.plugins.label_filter import LabelFilter
 from kgpu.plugins.node_basics import NodeSelector, NodeUnschedulable, TaintToleration
+from kgpu.plugins.node_group_size_filter import NodeGroupSizeFilter
+from kgpu.plugins.node_resource_filter import NodeResourceFilter
 from kgpu.plugins.priority_order import PriorityOrder
 from kgpu.plugins.proportion import Proportion
 from kgpu.plugins.random_score import RandomScore
 from kgpu.plugins.resource_fit import NodeResourcesFit
+from kgpu.plugins.resource_utilization_scorer import ResourceUtilizationScorer
 from kgpu.plugins.strand_aware_fgd import StrandAwareFgd
 
 
@@ -72,6 +84,12 @@ def default_registry() -> dict[str, Factory]:
         names.BEST_FIT: lambda a, c: BestFit(),
         names.FGD: lambda a, c: FgdScore(c.typical_pods),
         names.STRAND_AWARE_FGD: lambda a, c: StrandAwareFgd(c.typical_pods),
+        # Node-group plugins (inference workspaces): see build_group_scheduler.
+        names.LABEL_FILTER: lambda a, c: LabelFilter(),
+        names.NODE_RESOURCE_FILTER: lambda a, c: NodeResourceFilter(),
+        names.NODE_GROUP_SIZE_FILTER: lambda a, c: NodeGroupSizeFilter(),
+        names.CAPACITY_FILTER: lambda a, c: CapacityFilter(),
+        names.RESOURCE_UTILIZATION_SCORER: lambda a, c: ResourceUtilizationScorer(),
         names.NODE_PLACEMENT: lambda a, c: NodePlacement.from_args(a),
     }
 
@@ -106,6 +124,42 @@ def build_scheduler(
     ]
     gpu_choice: GpuChoicePlugin = typed(profile.gpu_choice, GpuChoicePlugin)
     return Scheduler(pre_filters, filters, scores, gpu_choice)
+
+
+def build_group_scheduler(
+    profile: GroupProfile,
+    context: PluginContext | None = None,
+    registry: Mapping[str, Factory] | None = None,
+) -> GroupScheduler:
+    """The node-group counterpart of :func:`build_scheduler`, from the same registry.
+
+    A name the profile lists must be a plugin of the right kind: a pod filter named as a
+    group filter (or the reverse) is a ``TypeError`` here, not a surprise in a cycle.
+    """
+    registry = registry if registry is not None else default_registry()
+    context = context or PluginContext()
+    instances: dict[str, object] = {}
+
+    def get(name: str) -> object:
+        if name not in instances:
+            if name not in registry:
+                raise UnknownPluginError(name, list(registry))
+            instances[name] = registry[name](profile.plugin_args.get(name, {}), context)
+        return instances[name]
+
+    filters: list[GroupNodeFilterPlugin | GroupFilterPlugin] = []
+    for name in profile.filters:
+        plugin = get(name)
+        if not isinstance(plugin, GroupNodeFilterPlugin | GroupFilterPlugin):
+            raise TypeError(f"plugin {name!r} cannot serve as a node-group filter")
+        filters.append(plugin)
+    scores: list[tuple[GroupScorePlugin, float]] = []
+    for weighted in profile.scores:
+        plugin = get(weighted.name)
+        if not isinstance(plugin, GroupScorePlugin):
+            raise TypeError(f"plugin {weighted.name!r} cannot serve as a node-group score")
+        scores.append((plugin, weighted.weight))
+    return GroupScheduler(filters, scores)
 
 
 # ---------------------------------------------------------------------------- session plugins
