@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kgpu.model.devices import NodeDevices
 from kgpu.model.gpu import NO_GPU, GpuRequest
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
@@ -26,6 +27,10 @@ class PodBuilder:
 
     def share(self, milli: int, *models: str) -> PodBuilder:
         return PodBuilder(replace(self.spec, gpu=GpuRequest(1, milli, models)))
+
+    def request(self, gpu: GpuRequest) -> PodBuilder:
+        """Any GPU request, for the dialects that have no shortcut of their own."""
+        return PodBuilder(replace(self.spec, gpu=gpu))
 
     def selector(self, key: str, value: str) -> PodBuilder:
         return PodBuilder(
@@ -59,6 +64,11 @@ class NodeBuilder:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
+    gpu_replicas: int = 1
+    mig: tuple[tuple[str, int], ...] = ()
+    rdma: int = 0
+    fpga: int = 0
+    devices: NodeDevices | None = None
 
     def cpu(self, milli: int) -> NodeBuilder:
         return replace(self, cpu_milli=milli)
@@ -68,6 +78,22 @@ class NodeBuilder:
 
     def gpus(self, count: int, model: str = "A100", memory_mib: int = 81_920) -> NodeBuilder:
         return replace(self, gpu_count=count, gpu_model=model, gpu_memory_mib=memory_mib)
+
+    def replicas(self, count: int) -> NodeBuilder:
+        """MPS or time-sliced: each GPU split ``count`` ways."""
+        return replace(self, gpu_replicas=count)
+
+    def mig_slices(self, profile: str, count: int) -> NodeBuilder:
+        return replace(self, mig=tuple(sorted({**dict(self.mig), profile: count}.items())))
+
+    def rdma_devices(self, count: int) -> NodeBuilder:
+        return replace(self, rdma=count)
+
+    def fpga_devices(self, count: int) -> NodeBuilder:
+        return replace(self, fpga=count)
+
+    def with_devices(self, devices: NodeDevices) -> NodeBuilder:
+        return replace(self, devices=devices)
 
     def label(self, key: str, value: str) -> NodeBuilder:
         return replace(self, labels={**self.labels, key: value})
@@ -93,6 +119,11 @@ class NodeBuilder:
             labels=self.labels,
             taints=self.taints,
             unschedulable=self.unschedulable,
+            gpu_replicas=self.gpu_replicas,
+            mig=self.mig,
+            rdma=self.rdma,
+            fpga=self.fpga,
+            devices=self.devices,
         )
 
 

@@ -128,7 +128,7 @@ NODES: list[tuple[str, Obj, NodeInfo]] = [
             k8s_node(**gpus("32")),
             labels(**{"nvidia.com/gpu.replicas": "8", "nvidia.com/gpu.product": "T4"}),
         ),
-        make_node("n").cpu(64_000).memory(262_144).gpus(4, "T4", 0).build(),
+        make_node("n").cpu(64_000).memory(262_144).gpus(4, "T4", 0).replicas(8).build(),
     ),
     (
         "taints and cordon",
@@ -445,17 +445,12 @@ POD_ERRORS: list[tuple[str, Obj, str]] = [
             limits(**gpus(1)),
             annotate(**{"volcano.sh/card.name": "A100/mig-1g.10gb-mixed"}),
         ),
-        'Pod default/p: annotation volcano.sh/card.name is "A100/mig-1g.10gb-mixed", expected whole-GPU card names (MIG and MPS cards are not supported yet)',
+        'Pod default/p: annotation volcano.sh/card.name is "A100/mig-1g.10gb-mixed", expected GPU product names (whole-GPU cards) for a pod that requests whole or shared GPUs; MIG and MPS cards go with nvidia.com/mig-<profile> and nvidia.com/gpu.shared',
     ),
     (
-        "gpu-memory annotation",
-        edited(k8s_pod(), annotate(**{"gpu-memory": "8192"})),
-        'Pod default/p: annotation gpu-memory is "8192", expected the gpu-fraction annotation instead (gpu-memory is not supported yet)',
-    ),
-    (
-        "Koordinator gpu-core",
+        "Koordinator gpu-core without memory",
         k8s_pod(**{"koordinator.sh/gpu-core": "50"}),
-        "Pod default/p: resource koordinator.sh/gpu-core is 50, expected nvidia.com/gpu or the gpu-fraction annotation (koordinator.sh/gpu-core is not supported yet)",
+        "Pod default/p: resource koordinator.sh/gpu-core is 50, expected koordinator.sh/gpu-memory-ratio or koordinator.sh/gpu-memory beside it",
     ),
     (
         "priority as a word",

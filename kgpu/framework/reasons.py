@@ -16,3 +16,13 @@ NODE_SELECTOR_MISMATCH = Reason("NodeSelectorMismatch", "node(s) didn't match no
 UNTOLERATED_TAINT = Reason("UntoleratedTaint", "node(s) had untolerated taint")
 NODE_UNSCHEDULABLE = Reason("NodeUnschedulable", "node(s) were unschedulable")
 INVALID_REQUEST = Reason("InvalidRequest", "invalid request")
+# Devices (kgpu.plugins.gpu_fit and gpu_request_check): GPU memory, MPS, MIG, RDMA, FPGA.
+INSUFFICIENT_GPU_MEMORY = Reason(
+    "InsufficientGPUMemory", "node(s) had no GPU with enough free GPU memory"
+)
+NO_MPS = Reason("NoMPS", "node(s) had no MPS or time-sliced GPUs split that many ways")
+NO_MIG = Reason("NoMIG", "node(s) had no MIG instances of the profile")
+INSUFFICIENT_MIG = Reason("InsufficientMIG", "insufficient MIG instances")
+INSUFFICIENT_RDMA = Reason("InsufficientRDMA", "insufficient RDMA devices")
+INSUFFICIENT_FPGA = Reason("InsufficientFPGA", "insufficient FPGA devices")
+GPU_MEMORY_TOO_LARGE = Reason("GPUMemoryTooLarge", "GPU memory larger than any GPU")

@@ -17,124 +17,56 @@ server defaults it.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Final
 
-from kgpu.model.gpu import NO_GPU, GpuRequest, gpu_share, whole_gpus
+from kgpu.kube.device_cr import TOPOLOGY_ANNOTATION, devices_from_k8s, links_annotation
+from kgpu.kube.fields import MISSING as _MISSING
+from kgpu.kube.fields import ConversionError, Fields, show
+from kgpu.kube.gpu_dialects import (
+    CARD_NAME_ANNOTATION,
+    GPU_FRACTION_ANNOTATION,
+    GPU_RESOURCE,
+    MIG_PREFIX,
+    MPS_RESOURCE,
+    gpu_request_from_pod,
+)
+from kgpu.model.devices import NodeDevices
 from kgpu.model.node import DEFAULT_MAX_PODS, NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
-from kgpu.model.quantity import EXPECTED, QuantityError, non_negative
 from kgpu.model.taints import Effect, Taint, Toleration
-from kgpu.model.units import MIB, MILLI_PER_CPU, MILLI_PER_GPU
+from kgpu.model.units import MIB, MILLI_PER_CPU
 
-GPU_RESOURCE: Final = "nvidia.com/gpu"
+__all__ = [
+    "CARD_NAME_ANNOTATION",
+    "GPU_FRACTION_ANNOTATION",
+    "GPU_RESOURCE",
+    "ConversionError",
+    "gpu_request_from_pod",
+    "node_from_k8s",
+    "object_ref",
+    "pod_from_k8s",
+    "pod_node_name",
+    "show",
+]
+
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL: Final = "nvidia.com/gpu.count"
 GPU_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
 GPU_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
-GPU_FRACTION_ANNOTATION: Final = "gpu-fraction"
-CARD_NAME_ANNOTATION: Final = "volcano.sh/card.name"
 QUEUE_LABELS: Final = ("kgpu.io/queue", "kai.scheduler/queue")  # the first one set wins
+DEVICE_RESOURCES: Final = ("rdma", "fpga")  # kubernetes.io/<kind> (or koordinator.sh/), 100 each
 
-# GPU dialects that a later issue parses. Until then a pod using one is refused with a clear
-# message rather than placed as if it asked for no GPU at all.
-_UNSUPPORTED_GPU_RESOURCES: Final = re.compile(
-    r"(kubernetes\.io|koordinator\.sh)/gpu(-core|-memory|-memory-ratio)?|nvidia\.com/(gpu\.shared|mig-.+)"
-)
-_UNSUPPORTED_GPU_ANNOTATION: Final = "gpu-memory"
 _NATIVE_RESOURCES: Final = re.compile(
     r"cpu|memory|ephemeral-storage|hugepages-.+|.*kubernetes\.io/.+"
 )
-_DECIMAL: Final = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+_MIG_COUNT_LABEL: Final = re.compile(r"nvidia\.com/mig-(?P<profile>.+)\.count")
 _DIGITS: Final = re.compile(r"[0-9]+")
-_MISSING: Final = object()
 _EFFECTS: Final = tuple(e.value for e in Effect)
-
-
-def show(value: object) -> str:
-    """A value as the message shows it: JSON-like, so strings are quoted and numbers not."""
-    if value is _MISSING:
-        return "missing"
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-class ConversionError(ValueError):
-    """A Kubernetes object that cannot be turned into a model object.
-
-    ``obj`` is the object as "Kind namespace/name", ``field`` the offending field, ``value``
-    what it held and ``expected`` what would have been accepted.
-    """
-
-    def __init__(self, obj: str, field: str, value: object, expected: str) -> None:
-        self.obj = obj
-        self.field = field
-        self.value = value
-        self.expected = expected
-        super().__init__(f"{obj}: {field} is {show(value)}, expected {expected}")
-
-
-class _Fields:
-    """Typed reads from one object's dicts, failing with the object's name in the message."""
-
-    def __init__(self, ref: str) -> None:
-        self.ref = ref
-
-    def fail(self, field: str, value: object, expected: str) -> ConversionError:
-        return ConversionError(self.ref, field, value, expected)
-
-    def mapping(self, parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
-        value = parent.get(key)
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.fail(field, value, "a mapping")
-        return value
-
-    def items(self, parent: Mapping[str, Any], key: str, field: str) -> list[Mapping[str, Any]]:
-        value = parent.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise self.fail(field, value, "a list")
-        for i, item in enumerate(value):
-            if not isinstance(item, Mapping):
-                raise self.fail(f"{field}[{i}]", item, "a mapping")
-        return value
-
-    def string(self, parent: Mapping[str, Any], key: str, field: str, default: str = "") -> str:
-        value = parent.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self.fail(field, value, "a string")
-        return value
-
-    def strings(self, parent: Mapping[str, Any], key: str, what: str) -> dict[str, str]:
-        """Labels, annotations or a node selector: string keys to string values."""
-        out = {}
-        for k, v in self.mapping(parent, key, what).items():
-            if not isinstance(v, str):
-                raise self.fail(f"{what} {k}", v, "a string (quote it in YAML)")
-            out[str(k)] = v
-        return out
-
-    def quantity(self, value: object, field: str) -> Fraction:
-        if not isinstance(value, str | int | float):
-            raise self.fail(field, value, EXPECTED)
-        try:
-            return non_negative(value)
-        except QuantityError as exc:
-            raise self.fail(field, value, exc.expected) from None
-
-    def whole(self, value: object, field: str, expected: str) -> int:
-        amount = self.quantity(value, field)
-        if amount.denominator != 1:
-            raise self.fail(field, value, expected)
-        return int(amount)
 
 
 def object_ref(kind: str, obj: Mapping[str, Any]) -> str:
@@ -150,8 +82,8 @@ def object_ref(kind: str, obj: Mapping[str, Any]) -> str:
     return f"{kind} {namespace}/{name}"
 
 
-def _identify(kind: str, obj: Mapping[str, Any]) -> tuple[_Fields, Mapping[str, Any]]:
-    fields = _Fields(object_ref(kind, obj))
+def _identify(kind: str, obj: Mapping[str, Any]) -> tuple[Fields, Mapping[str, Any]]:
+    fields = Fields(object_ref(kind, obj))
     meta = fields.mapping(obj, "metadata", "metadata")
     name = meta.get("name", _MISSING)
     if not isinstance(name, str) or not name:
@@ -163,10 +95,16 @@ def _identify(kind: str, obj: Mapping[str, Any]) -> tuple[_Fields, Mapping[str, 
 # ---------------------------------------------------------------------------- nodes
 
 
-def node_from_k8s(obj: Mapping[str, Any]) -> NodeInfo:
-    """A Node: allocatable resources, GFD labels, taints and cordon."""
+def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = None) -> NodeInfo:
+    """A Node: allocatable resources, GFD labels, taints and cordon, and its devices.
+
+    ``device`` is the node's ``kgpu.io/v1alpha1`` Device resource when there is one: its
+    GPUs (UUIDs, health, memory, topology) then are the node's GPUs. The node annotation
+    ``kgpu.io/gpu-topology`` gives the GPU link matrix (and wins over the Device's).
+    """
     fields, meta = _identify("Node", obj)
     labels = fields.strings(meta, "labels", "label")
+    annotations = fields.strings(meta, "annotations", "annotation")
     status = fields.mapping(obj, "status", "status")
     # The API server fills allocatable from capacity; a hand-written node may give either.
     has_capacity_only = status.get("allocatable") is None and status.get("capacity") is not None
@@ -193,11 +131,34 @@ def node_from_k8s(obj: Mapping[str, Any]) -> NodeInfo:
     label_count = label_number(GPU_COUNT_LABEL)
     replicas = label_number(GPU_REPLICAS_LABEL) or 1
     if replicas > 1:
-        # Time-slicing advertises each GPU ``replicas`` times; the node has the physical ones.
+        # Time-slicing advertises each GPU ``replicas`` times (as nvidia.com/gpu, or as
+        # nvidia.com/gpu.shared when renamed); the node has the physical ones.
+        shared = alloc.get(MPS_RESOURCE)
+        if gpus is None and shared is not None:
+            gpus = fields.whole(shared, f"status.{where}[{MPS_RESOURCE}]", "a whole number")
         gpus = label_count if label_count is not None else (gpus or 0) // replicas
     elif gpus is None:
         # Without the device plugin's figure, GFD's count of the hardware is what there is.
         gpus = label_count or 0
+    gpu_memory = (label_number(GPU_MEMORY_LABEL, " of MiB") or 0) if gpus else 0
+    devices = None if device is None else devices_from_k8s(device)
+    links_text = annotations.get(TOPOLOGY_ANNOTATION)
+    links = None if links_text is None else links_annotation(fields, links_text)
+    if links is not None:
+        devices = replace(devices or NodeDevices(), links=links)
+    if devices is not None and devices.gpus:
+        # The node agent sees every GPU, the unhealthy ones too (they keep their minors).
+        gpus = len(devices.gpus)
+        gpu_memory = gpu_memory or min(d.memory_mib for d in devices.gpus)
+    if links is not None and links.size != (
+        len(devices.gpus) if devices and devices.gpus else gpus
+    ):
+        raise fields.fail(
+            f"annotation {TOPOLOGY_ANNOTATION}",
+            links_text,
+            f"a {gpus}x{gpus} matrix, one row per GPU",
+        )
+    mig = _mig_counts(fields, alloc, where, labels)
     pods = alloc.get("pods")
     spec = fields.mapping(obj, "spec", "spec")
     unschedulable = spec.get("unschedulable") or False
@@ -208,8 +169,8 @@ def node_from_k8s(obj: Mapping[str, Any]) -> NodeInfo:
         cpu_milli=math.floor(amount("cpu") * MILLI_PER_CPU),
         memory_mib=math.floor(amount("memory") / MIB),
         gpu_count=gpus,
-        gpu_model=labels.get(GPU_PRODUCT_LABEL, "") if gpus else "",
-        gpu_memory_mib=(label_number(GPU_MEMORY_LABEL, " of MiB") or 0) if gpus else 0,
+        gpu_model=labels.get(GPU_PRODUCT_LABEL, "") if gpus or mig else "",
+        gpu_memory_mib=gpu_memory,
         max_pods=DEFAULT_MAX_PODS
         if pods is None
         else fields.whole(pods, f"status.{where}[pods]", "a whole number of pods"),
@@ -218,10 +179,44 @@ def node_from_k8s(obj: Mapping[str, Any]) -> NodeInfo:
             _taint(fields, t, i) for i, t in enumerate(fields.items(spec, "taints", "spec.taints"))
         ),
         unschedulable=unschedulable,
+        gpu_replicas=replicas,
+        mig=mig,
+        rdma=_device_count(fields, alloc, where, "rdma"),
+        fpga=_device_count(fields, alloc, where, "fpga"),
+        devices=devices,
     )
 
 
-def _taint(fields: _Fields, taint: Mapping[str, Any], i: int) -> Taint:
+def _mig_counts(
+    fields: Fields, alloc: Mapping[str, Any], where: str, labels: Mapping[str, str]
+) -> tuple[tuple[str, int], ...]:
+    """MIG instances per profile: the device plugin's ``nvidia.com/mig-<profile>``, else
+    GFD's ``nvidia.com/mig-<profile>.count`` labels."""
+    found: dict[str, int] = {}
+    for name, value in alloc.items():
+        if str(name).startswith(MIG_PREFIX):
+            count = fields.whole(value, f"status.{where}[{name}]", "a whole number")
+            found[str(name).removeprefix(MIG_PREFIX)] = count
+    if not found:
+        for key, value in labels.items():
+            match = _MIG_COUNT_LABEL.fullmatch(key)
+            if match is not None:
+                if not _DIGITS.fullmatch(value):
+                    raise fields.fail(f"label {key}", value, "a whole number")
+                found[match["profile"]] = int(value)
+    return tuple(sorted((p, n) for p, n in found.items() if n > 0))
+
+
+def _device_count(fields: Fields, alloc: Mapping[str, Any], where: str, kind: str) -> int:
+    """Whole RDMA or FPGA devices: Koordinator reports 100 per device."""
+    for prefix in ("kubernetes.io/", "koordinator.sh/"):
+        value = alloc.get(prefix + kind)
+        if value is not None:
+            return int(fields.quantity(value, f"status.{where}[{prefix}{kind}]")) // 100
+    return 0
+
+
+def _taint(fields: Fields, taint: Mapping[str, Any], i: int) -> Taint:
     field = f"spec.taints[{i}]"
     key = fields.string(taint, "key", f"{field}.key")
     if not key:
@@ -265,12 +260,12 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodSpec:
 
 def pod_node_name(obj: Mapping[str, Any]) -> str:
     """``spec.nodeName``: the node a pod is already bound to, or "" if none."""
-    fields = _Fields(object_ref("Pod", obj))
+    fields = Fields(object_ref("Pod", obj))
     return fields.string(fields.mapping(obj, "spec", "spec"), "nodeName", "spec.nodeName")
 
 
 def _container_requests(
-    fields: _Fields, container: Mapping[str, Any], field: str
+    fields: Fields, container: Mapping[str, Any], field: str
 ) -> dict[str, Fraction]:
     resources = fields.mapping(container, "resources", f"{field}.resources")
     out: dict[str, Fraction] = {}
@@ -298,7 +293,7 @@ def _at_least(total: dict[str, Fraction], other: Mapping[str, Fraction]) -> None
         total[name] = max(total.get(name, Fraction(0)), value)
 
 
-def _pod_requests(fields: _Fields, spec: Mapping[str, Any]) -> dict[str, Fraction]:
+def _pod_requests(fields: Fields, spec: Mapping[str, Any]) -> dict[str, Fraction]:
     """What the pod needs of each resource while it runs, as kube-scheduler counts it."""
     total: dict[str, Fraction] = {}
     for i, container in enumerate(fields.items(spec, "containers", "spec.containers")):
@@ -320,7 +315,7 @@ def _pod_requests(fields: _Fields, spec: Mapping[str, Any]) -> dict[str, Fractio
     return total
 
 
-def _toleration(fields: _Fields, item: Mapping[str, Any], i: int) -> Toleration:
+def _toleration(fields: Fields, item: Mapping[str, Any], i: int) -> Toleration:
     field = f"spec.tolerations[{i}]"
     key = fields.string(item, "key", f"{field}.key")
     operator = fields.string(item, "operator", f"{field}.operator", "Equal")
@@ -335,79 +330,3 @@ def _toleration(fields: _Fields, item: Mapping[str, Any], i: int) -> Toleration:
     if effect and effect not in _EFFECTS:
         raise fields.fail(f"{field}.effect", effect, "empty or one of " + ", ".join(Effect))
     return Toleration(key=key, operator=operator, value=value, effect=effect)
-
-
-def gpu_request_from_pod(
-    ref: str, requests: Mapping[str, Fraction], annotations: Mapping[str, str]
-) -> GpuRequest:
-    """The pod's GPU request, whichever way it was written.
-
-    Read today: ``nvidia.com/gpu: N`` (N whole GPUs), the ``gpu-fraction`` annotation (a share
-    of one GPU; 1 means one whole GPU) and the ``volcano.sh/card.name`` annotation ("A100" or
-    "A100|H100", the allowed GPU models in order of preference). A ``nodeSelector`` on
-    ``nvidia.com/gpu.product`` stays a selector and is not repeated here. ``ref`` names the
-    pod in error messages; ``requests`` are the pod's requests, summed as kube-scheduler does.
-    """
-    fields = _Fields(ref)
-    for name, value in requests.items():
-        if value and _UNSUPPORTED_GPU_RESOURCES.fullmatch(name):
-            raise fields.fail(
-                f"resource {name}",
-                _number(value),
-                f"{GPU_RESOURCE} or the {GPU_FRACTION_ANNOTATION} annotation ({name} is not supported yet)",
-            )
-    name = _UNSUPPORTED_GPU_ANNOTATION
-    if name in annotations:
-        raise fields.fail(
-            f"annotation {name}",
-            annotations[name],
-            f"the {GPU_FRACTION_ANNOTATION} annotation instead ({name} is not supported yet)",
-        )
-    count = int(requests.get(GPU_RESOURCE, 0))
-    fraction = annotations.get(GPU_FRACTION_ANNOTATION)
-    if fraction is not None and count:
-        raise fields.fail(
-            f"annotation {GPU_FRACTION_ANNOTATION}",
-            fraction,
-            f"no {GPU_FRACTION_ANNOTATION} on a pod that requests {GPU_RESOURCE}: {count}",
-        )
-    if fraction is None and not count:
-        return NO_GPU
-    models = _card_models(fields, annotations)
-    if fraction is None:
-        return whole_gpus(count, models)
-    milli = _fraction_milli(fields, fraction)
-    return whole_gpus(1, models) if milli == MILLI_PER_GPU else gpu_share(milli, models)
-
-
-def _number(value: Fraction) -> int | float:
-    return int(value) if value.denominator == 1 else float(value)
-
-
-def _fraction_milli(fields: _Fields, text: str) -> int:
-    field = f"annotation {GPU_FRACTION_ANNOTATION}"
-    if not _DECIMAL.fullmatch(text.strip()):
-        raise fields.fail(field, text, "a number with 0 < f <= 1")
-    share = Fraction(text.strip())
-    if not 0 < share <= 1:
-        raise fields.fail(field, text, "a number with 0 < f <= 1")
-    # Rounded down, so that three pods asking "0.333" (a third each) fit on one GPU.
-    milli = math.floor(share * MILLI_PER_GPU)
-    if milli == 0:
-        raise fields.fail(field, text, "at least 0.001, the smallest share kgpu accounts")
-    return milli
-
-
-def _card_models(fields: _Fields, annotations: Mapping[str, str]) -> tuple[str, ...]:
-    text = annotations.get(CARD_NAME_ANNOTATION)
-    if text is None:
-        return ()
-    field = f"annotation {CARD_NAME_ANNOTATION}"
-    models = tuple(m.strip() for m in text.split("|"))
-    if not all(models):
-        raise fields.fail(field, text, 'GPU product names separated by "|", such as "A100|H100"')
-    if any("/" in m for m in models):
-        raise fields.fail(
-            field, text, "whole-GPU card names (MIG and MPS cards are not supported yet)"
-        )
-    return models

@@ -31,3 +31,7 @@ PRIORITY: Final = "priority"
 GANG: Final = "gang"
 PROPORTION: Final = "proportion"
 CAPACITY_CARD: Final = "capacity-card"
+
+# Devices: what no GPU of the cluster can hold (PreFilter), NVLink islands (score).
+GPU_REQUEST_CHECK: Final = "GpuRequestCheck"
+GPU_TOPOLOGY: Final = "GpuTopology"

@@ -35,10 +35,12 @@ from kgpu.plugins.dot_product import DotProduct
 from kgpu.plugins.fgd import FgdScore
 from kgpu.plugins.fragmentation import TypicalPod
 from kgpu.plugins.gang import Gang
-from kgpu.plugins.gpu_choice import GpuRandom, GpuTightest
+from kgpu.plugins.gpu_choice import DeviceChoice, GpuRandom, GpuTightest
 from kgpu.plugins.gpu_clustering import GpuClustering
 from kgpu.plugins.gpu_fit import GpuFit
 from kgpu.plugins.gpu_packing import GpuPacking
+from kgpu.plugins.gpu_request_check import GpuRequestCheck
+from kgpu.plugins.gpu_topology import GpuTopology
 from kgpu.plugins.label_filter import LabelFilter
 from kgpu.plugins.node_basics import NodeSelector, NodeUnschedulable, TaintToleration
 from kgpu.plugins.node_group_size_filter import NodeGroupSizeFilter
@@ -91,6 +93,8 @@ def default_registry() -> dict[str, Factory]:
         names.CAPACITY_FILTER: lambda a, c: CapacityFilter(),
         names.RESOURCE_UTILIZATION_SCORER: lambda a, c: ResourceUtilizationScorer(),
         names.NODE_PLACEMENT: lambda a, c: NodePlacement.from_args(a),
+        names.GPU_REQUEST_CHECK: lambda a, c: GpuRequestCheck(),
+        names.GPU_TOPOLOGY: lambda a, c: GpuTopology(),
     }
 
 
@@ -122,7 +126,8 @@ def build_scheduler(
     scores: list[tuple[ScorePlugin, float]] = [
         (typed(s.name, ScorePlugin), s.weight) for s in profile.scores
     ]
-    gpu_choice: GpuChoicePlugin = typed(profile.gpu_choice, GpuChoicePlugin)
+    # Every policy's pick is held to the node's devices (memory, MPS, MIG, NVLink islands).
+    gpu_choice: GpuChoicePlugin = DeviceChoice(typed(profile.gpu_choice, GpuChoicePlugin))
     return Scheduler(pre_filters, filters, scores, gpu_choice)
 
 

@@ -6,10 +6,14 @@ operations instead of a Python loop over thousands of nodes. Nodes have at most
 ``max_gpus`` GPU slots; slots past a node's GPU count hold 0 free milli and never match a
 GPU request.
 
+Each GPU is accounted by compute (``gpu_free``, milli) and memory (``gpu_mem_free``, MiB),
+an unhealthy one has neither; MIG instances, RDMA and FPGA devices per node (:mod:`.devices`).
+
 Invariants, checked on every change (a violation is a bug and raises
 :class:`AllocationError`):
 
-- 0 <= free <= capacity for CPU, memory, pod count and every GPU's milli;
+- 0 <= free <= capacity for CPU, memory, pod count, every GPU's milli and MiB, MIG, RDMA
+  and FPGA devices;
 - a pod is allocated at most once, and release gives back exactly what allocate took;
 - ``gpu_free_total`` is the row sum of ``gpu_free``.
 """
@@ -18,37 +22,27 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from kgpu.model.devices import NodeDevices
+from kgpu.model.gpu import GpuKind
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
+from kgpu.model.topology import GpuLinks, nearest
 from kgpu.model.units import MILLI_PER_GPU
+from kgpu.state.devices import DeviceTables, free_devices, gpu_need
+from kgpu.state.records import Allocation, AllocationError
+
+__all__ = ["Allocation", "AllocationError", "ClusterState"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-class AllocationError(RuntimeError):
-    """An allocate or release that would break the state's invariants (a bug, not bad input)."""
-
-
 # Serial numbers tell states apart where id() could be reused by a later object.
 _serials = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """What one pod holds: its node, its GPUs and the milli it takes on each."""
-
-    pod: PodKey
-    node: int
-    gpus: tuple[int, ...]
-    gpu_milli: int
-    cpu_milli: int
-    memory_mib: int
 
 
 class ClusterState:
@@ -81,8 +75,23 @@ class ClusterState:
         self.any_cordoned = not bool(self.schedulable.all())
         self.any_tainted = bool(self.tainted.any())
         slots = np.arange(self.max_gpus)
-        self.gpu_exists: BoolArray = slots[None, :] < self.gpu_count[:, None]
+        tables = DeviceTables(self.nodes, self.max_gpus)
+        self.gpu_exists: BoolArray = (slots[None, :] < self.gpu_count[:, None]) & tables.exists
         self.gpu_cap: IntArray = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
+        self.devices: list[NodeDevices] = tables.devices
+        self.gpu_mem_cap: IntArray = np.where(self.gpu_exists, tables.memory_cap, 0)
+        self.gpu_mem_free = self.gpu_mem_cap.copy()
+        self.gpu_odd = np.zeros(n, dtype=np.int64)  # allocations whose memory is not proportional
+        self.odd_total = 0  # their sum: 0 lets filters skip memory altogether
+        self.gpu_replicas: IntArray = tables.replicas
+        self.mig_profiles, self.mig_ids = tables.mig_profiles, tables.mig_ids
+        self.mig_cap: IntArray = tables.mig_cap
+        self.mig_free = self.mig_cap.copy()
+        self.rdma_cap, self.fpga_cap = tables.rdma_cap, tables.fpga_cap
+        self.rdma_free, self.fpga_free = self.rdma_cap.copy(), self.fpga_cap.copy()
+        self._busy: dict[tuple[str, int], set[int]] = {}  # (kind, node) -> device slots held
+        self.links: list[GpuLinks | None] = tables.links
+        self.has_links: BoolArray = tables.has_links
 
         self.cpu_free = self.cpu_cap.copy()
         self.mem_free = self.mem_cap.copy()
@@ -133,33 +142,180 @@ class ClusterState:
     def allocation(self, pod: PodKey) -> Allocation | None:
         return self.allocations.get(pod)
 
+    def node_gpus_memory_free(self, node: int) -> list[int]:
+        return [int(v) for v in self.gpu_mem_free[node, : self.gpu_count[node]]]
+
+    def gpu_need(self, pod: PodSpec, node: int, gpu: int) -> tuple[int, int] | None:
+        """(milli, MiB) the pod takes of GPU slot ``gpu`` of ``node``; None if it cannot."""
+        cap = int(self.gpu_mem_cap[node, gpu])
+        return gpu_need(pod.gpu, cap, int(self.gpu_replicas[node]))
+
+    def busy(self, kind: str, node: int) -> set[int]:
+        """The RDMA ("rdma") or FPGA ("fpga") device slots of ``node`` that pods hold."""
+        return self._busy.get((kind, node), set())
+
     # ----------------------------------------------------------------- changing
 
-    def allocate(self, pod: PodSpec, node: int, gpus: Iterable[int] = ()) -> Allocation:
-        """Give ``pod`` its resources on ``node`` and on the GPU slots ``gpus``."""
+    def allocate(
+        self,
+        pod: PodSpec,
+        node: int,
+        gpus: Iterable[int] = (),
+        *,
+        need: tuple[int, int] | None = None,
+        rdma: Sequence[int] | None = None,
+        fpga: Sequence[int] | None = None,
+    ) -> Allocation:
+        """Give ``pod`` its resources on ``node`` and on the GPU slots ``gpus``.
+
+        ``need`` (milli, MiB per GPU) overrides what the request takes of each GPU: a record
+        read back says exactly what was held. RDMA and FPGA devices not named are chosen
+        next to the pod's GPUs (``topology.nearest``).
+        """
+        alloc = self._plan(pod, node, tuple(sorted(map(int, gpus))), need, rdma, fpga)
+        self._apply(alloc, -1)
+        self.allocations[pod.key] = alloc
+        return alloc
+
+    def fits(
+        self,
+        pod: PodSpec,
+        node: int,
+        gpus: Iterable[int] = (),
+        need: tuple[int, int] | None = None,
+    ) -> str:
+        """Why ``allocate`` would refuse this, or "" if it would not (nothing changes)."""
+        try:
+            self._plan(pod, node, tuple(sorted(map(int, gpus))), need, None, None)
+        except AllocationError as exc:
+            return str(exc)
+        return ""
+
+    def _plan(
+        self,
+        pod: PodSpec,
+        node: int,
+        gpu_ids: tuple[int, ...],
+        need: tuple[int, int] | None,
+        rdma: Sequence[int] | None,
+        fpga: Sequence[int] | None,
+    ) -> Allocation:
         if pod.key in self.allocations:
             raise AllocationError(f"pod {pod.key} is already allocated")
-        gpu_ids = tuple(sorted(map(int, gpus)))
-        want = pod.gpu.count
+        req = pod.gpu
+        want = req.gpu_slots
         if len(gpu_ids) != want or len(set(gpu_ids)) != want:
             raise AllocationError(f"pod {pod.key} needs {want} distinct GPUs, got {gpu_ids}")
         if self.cpu_free[node] < pod.cpu_milli or self.mem_free[node] < pod.memory_mib:
             raise AllocationError(f"pod {pod.key} does not fit node {self.nodes[node].name}")
         if self.pods[node] >= self.max_pods[node]:
             raise AllocationError(f"node {self.nodes[node].name} is at its pod limit")
-        milli = pod.gpu.milli
+        if req.plain and need is None and rdma is None and fpga is None:
+            return self._plan_plain(pod, node, gpu_ids)
+        milli, odd = 0, False
+        memory: tuple[int, ...] = ()
         if gpu_ids:
-            count = int(self.gpu_count[node])
-            free = self.gpu_free[node].tolist()
-            for g in gpu_ids:
-                if not 0 <= g < count or free[g] < milli:
-                    raise AllocationError(
-                        f"pod {pod.key} needs {milli} milli on GPU {g} of {self.nodes[node].name}"
-                    )
-        alloc = Allocation(pod.key, node, gpu_ids, milli, pod.cpu_milli, pod.memory_mib)
-        self._apply(alloc, -1)
-        self.allocations[pod.key] = alloc
-        return alloc
+            needs = self._gpu_needs(pod, node, gpu_ids, need)
+            milli = needs[0][0]
+            memory = tuple([m for _, m in needs])
+            odd = need is not None or not req.proportional
+        mig, mig_count = -1, 0
+        if req.kind is GpuKind.MIG:
+            mig, mig_count = self.mig_ids.get(req.mig_profile, -1), req.count
+            if mig < 0 or self.mig_free[node, mig] < mig_count:
+                raise AllocationError(
+                    f"pod {pod.key} needs {mig_count} MIG {req.mig_profile} on {self.nodes[node].name}"
+                )
+        return Allocation(
+            pod.key, node, gpu_ids, milli, pod.cpu_milli, pod.memory_mib, memory, odd, mig,
+            mig_count,
+            self._devices("rdma", pod, node, gpu_ids, req.rdma, rdma) if req.rdma or rdma else (),
+            self._devices("fpga", pod, node, gpu_ids, req.fpga, fpga) if req.fpga or fpga else (),
+        )  # fmt: skip
+
+    def _plan_plain(self, pod: PodSpec, node: int, gpu_ids: tuple[int, ...]) -> Allocation:
+        """The hot path (every trace pod): whole GPUs or a share whose memory follows."""
+        if not gpu_ids:
+            return Allocation(pod.key, node, gpu_ids, 0, pod.cpu_milli, pod.memory_mib)
+        milli = pod.gpu.milli
+        free = self.gpu_free[node].tolist()
+        count = int(self.gpu_count[node])
+        for g in gpu_ids:
+            if not 0 <= g < count or free[g] < milli:
+                raise AllocationError(
+                    f"pod {pod.key} needs {milli} milli on GPU {g} of {self.nodes[node].name}"
+                )
+        if len(gpu_ids) == 1:  # one element: cheaper than the row as a list
+            memory: tuple[int, ...] = (
+                int(self.gpu_mem_cap[node, gpu_ids[0]]) * milli // MILLI_PER_GPU,
+            )
+        else:
+            caps = self.gpu_mem_cap[node].tolist()
+            memory = tuple([caps[g] * milli // MILLI_PER_GPU for g in gpu_ids])
+        if self.odd_total and self.gpu_odd[node]:  # elsewhere compute implies memory
+            self._gpu_needs(pod, node, gpu_ids, None)
+        return Allocation(pod.key, node, gpu_ids, milli, pod.cpu_milli, pod.memory_mib, memory)
+
+    def _gpu_needs(
+        self, pod: PodSpec, node: int, gpu_ids: tuple[int, ...], need: tuple[int, int] | None
+    ) -> list[tuple[int, int]]:
+        """What the pod takes of each of ``gpu_ids`` (sorted), checked against what is free."""
+        req = pod.gpu
+        count = int(self.gpu_count[node])
+        caps = self.gpu_mem_cap[node].tolist()
+        needs: list[tuple[int, int] | None]
+        if gpu_ids[0] < 0 or gpu_ids[-1] >= count:
+            g = gpu_ids[0] if gpu_ids[0] < 0 else gpu_ids[-1]
+            raise AllocationError(
+                f"pod {pod.key} needs {req.milli} milli on GPU {g} of {self.nodes[node].name}"
+            )
+        if need is not None:
+            needs = [need] * len(gpu_ids)
+        elif req.proportional:  # the hot path: memory is the compute share, rounded down
+            share = req.milli
+            needs = [(share, caps[g] * share // MILLI_PER_GPU) for g in gpu_ids]
+        else:
+            replicas = int(self.gpu_replicas[node])
+            needs = [gpu_need(req, caps[g], replicas) for g in gpu_ids]
+        free = self.gpu_free[node].tolist()
+        mem_free = self.gpu_mem_free[node].tolist()
+        out = []
+        for g, got in zip(gpu_ids, needs, strict=True):
+            if got is None or free[g] < got[0] or mem_free[g] < got[1]:
+                what = "a GPU it can use" if got is None else f"{got[0]} milli"
+                what += f" and {got[1]} MiB" if got and got[1] else ""
+                raise AllocationError(
+                    f"pod {pod.key} needs {what} on GPU {g} of {self.nodes[node].name}"
+                )
+            out.append(got)
+        return out
+
+    def _devices(
+        self,
+        kind: str,
+        pod: PodSpec,
+        node: int,
+        gpus: tuple[int, ...],
+        count: int,
+        named: Sequence[int] | None,
+    ) -> tuple[int, ...]:
+        """The RDMA or FPGA slots the pod gets: ``named``, or the free ones nearest its GPUs."""
+        if not count and not named:
+            return ()
+        devs = self.devices[node]
+        pool = devs.rdma if kind == "rdma" else devs.fpga
+        free = free_devices(pool, self.busy(kind, node))
+        if named is None:
+            gpu_devs = [devs.gpus[g] for g in gpus if g < len(devs.gpus)]
+            chosen = nearest([(d.numa, d.pcie) for d in gpu_devs], free, count)
+        else:
+            chosen = tuple(sorted(set(map(int, named))))
+        if len(chosen) != count or not set(chosen) <= {slot for slot, _, _ in free}:
+            raise AllocationError(
+                f"pod {pod.key} needs {count} free {kind} devices on {self.nodes[node].name}, "
+                f"got {list(chosen)}"
+            )
+        return chosen
 
     def release(self, pod: PodKey) -> Allocation:
         """Give back everything ``pod`` holds."""
@@ -170,25 +326,58 @@ class ClusterState:
         return alloc
 
     def _apply(self, alloc: Allocation, sign: int) -> None:
-        n = alloc.node
-        self.cpu_free[n] += sign * alloc.cpu_milli
-        self.mem_free[n] += sign * alloc.memory_mib
+        # Unpacked once: locals are cheaper than a dozen attribute reads on the hot path.
+        _, n, gpus, gpu_milli, cpu, memory, gpu_memory, odd, _, mig_count, rdma, fpga = alloc
+        self.cpu_free[n] += sign * cpu
+        self.mem_free[n] += sign * memory
         self.pods[n] -= sign
-        if alloc.gpus:
+        if gpus:
             # One row of at most a few dozen slots: Python over its list beats numpy here.
-            milli = sign * alloc.gpu_milli
+            milli = sign * gpu_milli
             row = self.gpu_free[n]
             free = row.tolist()
-            for g in alloc.gpus:
+            for g in gpus:
                 free[g] += milli
             row[:] = free
-            self.gpu_free_total[n] += milli * len(alloc.gpus)
+            self.gpu_free_total[n] += milli * len(gpus)
             self.gpu_idle_count[n] = free.count(MILLI_PER_GPU)
             self.gpu_max_free[n] = max(free)
-            kind = 0 if alloc.gpu_milli < MILLI_PER_GPU else len(alloc.gpus)
-            self.gpu_pod_kinds[n, kind] -= sign
+            self.gpu_pod_kinds[n, 0 if gpu_milli < MILLI_PER_GPU else len(gpus)] -= sign
+            if not gpu_memory[0]:
+                pass  # GPUs of unknown memory (a trace) account none
+            elif len(gpus) <= 4:  # a few elements: cheaper than the row as a list
+                mem_free = self.gpu_mem_free
+                for g, mib in zip(gpus, gpu_memory, strict=True):
+                    mem_free[n, g] += sign * mib
+            else:
+                mem_row = self.gpu_mem_free[n]
+                mem_free = mem_row.tolist()
+                for g, mib in zip(gpus, gpu_memory, strict=True):
+                    mem_free[g] += sign * mib
+                mem_row[:] = mem_free
+            if odd:
+                self.gpu_odd[n] -= sign
+                self.odd_total -= sign
+        if mig_count or rdma or fpga:
+            self._apply_devices(alloc, sign)
         self.clock += 1
         self.node_clock[n] = self.clock
+
+    def _apply_devices(self, alloc: Allocation, sign: int) -> None:
+        n = alloc.node
+        if alloc.mig_count:
+            self.mig_free[n, alloc.mig_profile] += sign * alloc.mig_count
+        for device, held, free_count in (
+            ("rdma", alloc.rdma, self.rdma_free),
+            ("fpga", alloc.fpga, self.fpga_free),
+        ):
+            if held:
+                busy = self._busy.setdefault((device, n), set())
+                if sign < 0:
+                    busy.update(held)
+                else:
+                    busy.difference_update(held)
+                free_count[n] += sign * len(held)
 
     def check_invariants(self) -> None:
         """Raise :class:`AllocationError` if any free figure left its bounds."""
@@ -199,13 +388,21 @@ class ClusterState:
             problems.append("memory")
         if (self.gpu_free < 0).any() or (self.gpu_free > self.gpu_cap).any():
             problems.append("GPU milli")
+        if (self.gpu_mem_free < 0).any() or (self.gpu_mem_free > self.gpu_mem_cap).any():
+            problems.append("GPU memory")
+        if (self.mig_free < 0).any() or (self.mig_free > self.mig_cap).any():
+            problems.append("MIG instances")
+        for free, cap, what in ((self.rdma_free, self.rdma_cap, "RDMA"),
+                                (self.fpga_free, self.fpga_cap, "FPGA")):  # fmt: skip
+            if (free < 0).any() or (free > cap).any():
+                problems.append(what)
         if (self.gpu_free_total != self.gpu_free.sum(axis=1)).any():
             problems.append("GPU totals")
         if (self.gpu_idle_count != (self.gpu_free == MILLI_PER_GPU).sum(axis=1)).any():
             problems.append("idle GPU counts")
         if (self.gpu_max_free != self.gpu_free.max(axis=1)).any():
             problems.append("largest free GPU share")
-        if (self.gpu_pod_kinds < 0).any() or (self.pods < 0).any():
+        if (self.gpu_pod_kinds < 0).any() or (self.pods < 0).any() or (self.gpu_odd < 0).any():
             problems.append("pod counts")
         if problems:
             raise AllocationError("state out of bounds: " + ", ".join(problems))

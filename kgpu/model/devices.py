@@ -1,0 +1,65 @@
+"""A node's devices as its agent reports them (the ``Device`` resource), Kubernetes-free.
+
+A node without a Device resource still has GPUs (the device plugin's ``nvidia.com/gpu`` and
+GPU Feature Discovery's labels): they are minors ``0 .. count-1``, healthy, each with the
+node's per-GPU memory. The Device resource adds what only the node knows: UUIDs, health,
+per-GPU memory, where each device sits (NUMA node, PCIe switch), NVLink peers, RDMA and
+FPGA devices, and which GPUs pods placed by someone else hold (the kubelet's checkpoint).
+
+GPU slot ``i`` of a node in :class:`~kgpu.state.cluster.ClusterState` is ``gpus[i]`` here,
+sorted by minor, so that the slot a decision names maps to one physical device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kgpu.model.topology import GpuLinks
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One GPU, RDMA or FPGA device. ``memory_mib`` 0 means the node's per-GPU figure."""
+
+    minor: int
+    uuid: str = ""
+    healthy: bool = True
+    memory_mib: int = 0
+    numa: int = -1  # NUMA node, -1 when unknown
+    pcie: str = ""  # PCIe switch, "" when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Devices the kubelet gave a pod that kgpu did not place (Koordinator's
+    ``node.koordinator.sh/devices-checkpoints``): which GPUs a foreign pod holds."""
+
+    pod_uid: str
+    resource: str
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDevices:
+    gpus: tuple[Device, ...] = ()
+    rdma: tuple[Device, ...] = ()
+    fpga: tuple[Device, ...] = ()
+    links: GpuLinks | None = None  # indexed like ``gpus``
+    checkpoints: tuple[Checkpoint, ...] = ()
+
+    def gpu_slots_of(self, device_ids: tuple[str, ...]) -> tuple[int, ...] | None:
+        """The slots of GPUs named by UUID (or by minor as a decimal string); None if any
+        is unknown."""
+        by_id = {d.uuid: i for i, d in enumerate(self.gpus) if d.uuid}
+        by_minor = {str(d.minor): i for i, d in enumerate(self.gpus)}
+        slots = []
+        for ident in device_ids:
+            slot = by_id.get(ident, by_minor.get(ident))
+            if slot is None:
+                return None
+            slots.append(slot)
+        return tuple(sorted(set(slots)))
+
+
+def default_gpus(count: int) -> tuple[Device, ...]:
+    return tuple(Device(minor=i) for i in range(count))
