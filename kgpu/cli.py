@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -13,6 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from kgpu.config import POLICIES, ProfileError
 from kgpu.sim.openb import TraceError
+
+if TYPE_CHECKING:
+    from kgpu.sim.manifests import ManifestRun
 
 console = Console()
 
@@ -105,7 +109,15 @@ def simulate_openb(
     type=click.Path(dir_okay=False, path_type=Path),
     help="write each pod's outcome and each node's free resources as JSON to this file",
 )
-def simulate_manifests(directory: Path, policy: str, json_out: Path | None) -> None:
+@click.option(
+    "--explain",
+    "explain_pod",
+    metavar="POD",
+    help="after placing, explain POD (name or namespace/name) as `kgpu explain` does",
+)
+def simulate_manifests(
+    directory: Path, policy: str, json_out: Path | None, explain_pod: str | None
+) -> None:
     """Place the Nodes and Pods of DIR's *.yaml files; print each pod's node and GPUs, or
     why it is pending. Pending pods are an outcome, not an error: the exit code is 0."""
     from rich.table import Table
@@ -138,6 +150,36 @@ def simulate_manifests(directory: Path, policy: str, json_out: Path | None) -> N
     if json_out is not None:
         json_out.write_text(json.dumps(run.to_json(), indent=1))
         console.print(f"wrote {json_out}")
+    if explain_pod is not None:
+        for line in _explain_simulated(directory, policy, run, explain_pod):
+            click.echo(line)
+
+
+def _explain_simulated(directory: Path, policy: str, run: ManifestRun, pod: str) -> list[str]:
+    """``--explain``: the pod's answer against the cluster as the simulation left it."""
+    from kgpu.config import load_profile
+    from kgpu.kube.convert import object_ref
+    from kgpu.kube.explain import explain_bound, explain_object, explain_unreadable
+    from kgpu.plugins.registry import build_scheduler
+    from kgpu.sim.manifests import PodStatus, read_documents
+
+    key = pod if "/" in pod else f"default/{pod}"
+    result = next((r for r in run.results if r.pod == key), None)
+    if result is None:
+        raise click.ClickException(f"no Pod {key} in {directory}")
+    if result.status != PodStatus.PENDING:
+        return explain_bound(key, result.node, result.gpus, result.gpu_milli).lines()
+    # A pod the simulation could not read (a malformed request, an unknown PriorityClass,
+    # a duplicate) carries that message, which starts with the pod's name.
+    if result.message.startswith(f"Pod {key}"):
+        return explain_unreadable(key, result.message).lines()
+    doc = next(
+        d
+        for d in read_documents(directory)
+        if d.kind == "Pod" and object_ref("Pod", d.obj) == f"Pod {key}"
+    )
+    scheduler = build_scheduler(load_profile(policy))
+    return explain_object(run.state, doc.obj, scheduler, None).lines()
 
 
 @simulate.command("workspaces")
@@ -197,6 +239,95 @@ def simulate_workspaces(
     if json_out is not None:
         json_out.write_text(json.dumps(run.to_json(), indent=1))
         out.print(f"wrote {json_out}", markup=False)
+
+
+@simulate.command("tenants")
+@click.option(
+    "--nodes",
+    "node_count",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1),
+    help="8-GPU nodes in the cluster",
+)
+@click.option(
+    "--deserved",
+    default="60,40",
+    show_default=True,
+    help="deserved % of the cluster's GPUs for queues a and b",
+)
+@click.option(
+    "--b-from",
+    "b_from",
+    default=10,
+    show_default=True,
+    type=click.IntRange(0),
+    help="the cycle at which queue b starts submitting (a borrows until then)",
+)
+@click.option("--cycles", default=30, show_default=True, type=click.IntRange(1))
+@click.option("--seed", default=5, show_default=True, type=int)
+@click.option(
+    "--out",
+    "out_png",
+    default=Path("out/tenants.png"),
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+def simulate_tenants_cmd(
+    node_count: int, deserved: str, b_from: int, cycles: int, seed: int, out_png: Path
+) -> None:
+    """Two teams share a saturated cluster through queues: see each queue's GPU share per
+    cycle converge to its fair share, and an idle queue win its share back by reclaim."""
+    from kgpu.config import load_profile
+    from kgpu.model.queue import QueueSpec
+    from kgpu.plugins.registry import build_scheduler
+    from kgpu.sim.tenants import Tenant, gpu_cluster, plot_tenants, simulate_tenants
+
+    try:
+        pct_a, pct_b = (int(v) for v in deserved.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"is {deserved!r}, expected two whole percentages like 60,40", param_hint="--deserved"
+        ) from None
+    if pct_a < 0 or pct_b < 0 or pct_a + pct_b > 100:
+        raise click.BadParameter(
+            f"is {deserved!r}, expected two percentages that add up to at most 100",
+            param_hint="--deserved",
+        )
+    total = node_count * 8 * 1000
+    tenants = [
+        Tenant(
+            QueueSpec("a", deserved={"gpu": total * pct_a // 100}),
+            pods=2,
+            min_member=2,
+            durations=(20, 30),
+        ),
+        Tenant(
+            QueueSpec("b", deserved={"gpu": total * pct_b // 100}),
+            gpu_milli=500,
+            cpu_milli=2000,
+            active=(b_from, 1 << 30),
+            durations=(20, 30),
+        ),
+    ]
+    result = simulate_tenants(
+        gpu_cluster(node_count),
+        tenants,
+        cycles,
+        build_scheduler(load_profile("bestfit")),
+        seed=seed,
+    )
+    for cycle in range(cycles):
+        console.print(
+            f"cycle {cycle:3d}: a holds {100 * result.share['a'][cycle]:5.1f}% "
+            f"(fair {100 * result.fair['a'][cycle]:5.1f}%), "
+            f"b holds {100 * result.share['b'][cycle]:5.1f}% "
+            f"(fair {100 * result.fair['b'][cycle]:5.1f}%), "
+            f"evictions {result.evictions[cycle]}"
+        )
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    plot_tenants(result, out_png)
+    console.print(f"wrote {out_png}")
 
 
 def _bar_task(bar: Progress, name: str) -> tuple[Callable[[int], None], Callable[[int], None]]:
@@ -278,6 +409,209 @@ def demo(out_dir: Path, node_count: int, pod_count: int, seed: int, policies: st
     results = out_dir / "results.json"
     results.write_text(json.dumps(data, indent=1))
     console.print(f"wrote {png} and {results}")
+
+
+# ---------------------------------------------------------------------------- the cluster edge
+
+
+@main.command()
+@click.option("--namespace", default="kgpu-system", show_default=True, help="where kgpu runs")
+@click.option("--image", default="ghcr.io/kgpu/kgpu:0.1.0", show_default=True)
+@click.option(
+    "--scheduler-name",
+    default="kgpu-scheduler",
+    show_default=True,
+    help="the spec.schedulerName kgpu schedules; also names the install's objects",
+)
+@click.option("--webhook/--no-webhook", default=True, show_default=True)
+@click.option(
+    "--webhook-failure-policy",
+    type=click.Choice(["Ignore", "Fail"]),
+    default="Ignore",
+    show_default=True,
+    help="when the webhook cannot be reached: admit (Ignore) or refuse (Fail)",
+)
+@click.option("--replicas", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--crds-only", is_flag=True, help="only the CustomResourceDefinitions")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="file to write"
+)
+def manifests(
+    namespace: str,
+    image: str,
+    scheduler_name: str,
+    webhook: bool,
+    webhook_failure_policy: str,
+    replicas: int,
+    crds_only: bool,
+    output: Path | None,
+) -> None:
+    """Print the whole install as one YAML stream for `kubectl apply -f -`.
+
+    With the webhook, a new certificate is made each time: keep the output as a Secret."""
+    from kgpu.kube.render import InstallOptions, RenderError, render_objects, to_yaml
+
+    opts = InstallOptions(
+        namespace, image, scheduler_name, webhook, webhook_failure_policy, replicas, crds_only
+    )
+    try:
+        objects = render_objects(opts)
+    except RenderError as exc:
+        raise click.ClickException(str(exc)) from exc
+    args = " ".join(sys.argv[1:]) if sys.argv[1:2] == ["manifests"] else "manifests"
+    header = f"# kgpu install for `kubectl apply -f`; rendered by `kgpu {args}`\n"
+    if webhook and not crds_only:
+        header += "# Holds the webhook's private key: keep this file as you keep a Secret.\n"
+    text = to_yaml(objects, header)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        console.print(f"wrote {len(objects)} objects to {output}")
+
+
+@main.command()
+@click.option("--address", default="0.0.0.0", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True)
+@click.option("--cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
+def webhook(
+    address: str, port: int, cert: Path | None, key: Path | None, scheduler_name: str
+) -> None:
+    """Serve the admission webhook (POST /validate, GET /healthz) over HTTPS.
+
+    Without --cert and --key it makes a throwaway certificate for localhost and 127.0.0.1
+    and says where its CA is, for trying the webhook out by hand."""
+    import logging
+    import signal
+    import tempfile
+
+    from kgpu.kube.certs import generate_tls
+    from kgpu.kube.render import WEBHOOK_PATH
+    from kgpu.kube.webhook import WebhookServer, tls_context
+
+    if (cert is None) != (key is None):
+        raise click.UsageError("--cert and --key go together")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if cert is None or key is None:
+        folder = Path(tempfile.mkdtemp(prefix="kgpu-webhook-"))
+        tls = generate_tls(["localhost"], ["127.0.0.1"])
+        cert, key = folder / "tls.crt", folder / "tls.key"
+        (folder / "ca.crt").write_bytes(tls.ca_pem)
+        cert.write_bytes(tls.cert_pem)
+        key.touch(mode=0o600)
+        key.write_bytes(tls.key_pem)
+        click.echo(f"no --cert/--key: a throwaway certificate; its CA is {folder / 'ca.crt'}")
+    try:
+        server = WebhookServer((address, port), tls_context(cert, key), scheduler_name)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot serve on {address}:{port}: {exc}") from exc
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)  # Kubernetes stops pods with SIGTERM: leave serve_forever cleanly
+
+    signal.signal(signal.SIGTERM, stop)
+    click.echo(f"serving admission reviews on https://{address}:{server.port}{WEBHOOK_PATH}")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@main.command()
+@click.argument("pod")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    help="default: $KUBECONFIG, ~/.kube/config, in-cluster",
+)
+@click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
+@click.option(
+    "--policy", default="kgpu", show_default=True, help="the profile whose filters explain"
+)
+def explain(
+    pod: str, namespace: str, kubeconfig: str | None, scheduler_name: str, policy: str
+) -> None:
+    """Why POD (name or namespace/name) is pending, or where and on which GPUs it runs."""
+    from kgpu.kube.explain import ExplainError, explain_live
+
+    if "/" in pod:
+        namespace, pod = pod.split("/", 1)
+    try:
+        answer = explain_live(pod, namespace, kubeconfig, scheduler_name, policy)
+    except (ExplainError, ProfileError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    for line in answer.lines():
+        click.echo(line)
+
+
+@main.command("run")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="kubeconfig file; default: the pod's service account, else $KUBECONFIG or ~/.kube/config",
+)
+@click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
+@click.option("--policy", default="kgpu", show_default=True, help=f"one of {', '.join(POLICIES)}")
+@click.option(
+    "--metrics-port",
+    default=10251,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="port of /metrics, /healthz and /readyz (0: any free port)",
+)
+@click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
+@click.option("--namespace-for-lease", default="kube-system", show_default=True)
+@click.option("-v", "--verbose", is_flag=True, help="log at debug level")
+def run_scheduler(
+    kubeconfig: str | None,
+    scheduler_name: str,
+    policy: str,
+    metrics_port: int,
+    leader_elect: bool,
+    namespace_for_lease: str,
+    verbose: bool,
+) -> None:
+    """Schedule the pods whose spec.schedulerName is SCHEDULER_NAME in a live cluster,
+    until SIGTERM or SIGINT."""
+    import logging
+    import signal
+    import threading
+
+    from kgpu.config import load_profile
+    from kgpu.kube.errors import KubeError
+    from kgpu.kube.run import RunningScheduler, RunOptions
+
+    level = logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        load_profile(policy)  # a bad policy fails before anything connects
+        running = RunningScheduler(
+            RunOptions(
+                kubeconfig=kubeconfig,
+                scheduler_name=scheduler_name,
+                policy=policy,
+                metrics_port=metrics_port,
+                leader_elect=leader_elect,
+                lease_namespace=namespace_for_lease,
+            )
+        )
+    except (ProfileError, KubeError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    running.start()
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        running.stop()
 
 
 if __name__ == "__main__":

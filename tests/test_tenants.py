@@ -41,3 +41,19 @@ def test_an_idle_queue_that_comes_back_gets_its_share_through_reclaim(tmp_path: 
     assert all(abs(result.share["b"][c] - 0.4) <= 0.05 for c in range(back, 16))
     plot_tenants(result, tmp_path / "tenants.png")
     assert (tmp_path / "tenants.png").stat().st_size > 0
+
+
+def test_cli_prints_shares_per_cycle_and_writes_the_plot(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kgpu.cli import main
+
+    out = tmp_path / "t.png"
+    args = ["simulate", "tenants", "--cycles", "14", "--out", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "cycle   0: a holds 100.0% (fair 100.0%), b holds   0.0%" in result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = CliRunner().invoke(main, ["simulate", "tenants", "--deserved", "70,50"])
+    assert bad.exit_code == 2
+    assert "is '70,50', expected two percentages that add up to at most 100" in bad.output

@@ -1,0 +1,261 @@
+"""Pods bound per second by kgpu's live scheduler against a real kube-apiserver.
+
+    bash ../shared/tools/kube-apiserver/start.sh        # once: etcd + kube-apiserver on loopback
+    .venv/bin/python bench/e2e.py [--kubeconfig PATH] [--nodes 1000] [--pods 10000]
+                                  [--workers 16]
+
+Creates ``--nodes`` GPU nodes (8 A100 each, GPU Feature Discovery labels, Ready) and
+``--pods`` pending GPU pods in a fresh namespace (three in four shares of one GPU by the
+``gpu-fraction`` annotation, the others one or two whole GPUs; 0.66 GPU each on average),
+then starts the scheduler that ``kgpu run`` starts, in this process with its default
+settings (but ``--workers``, the binds in flight at once), and times from its start until every pod is bound, as its own watch of the API
+server reports. Each pod costs the API server three writes: the PreBind annotation patch,
+the Binding, and the Scheduled event.
+
+Prints the pods bound per second, then where the time went: the scheduler's own work
+(snapshot and decisions per session), the mean latency of each API call a bind makes,
+the API writes per second against the API server's ceiling (measured first, with plain
+pod patches and nothing else running), and the CPU seconds used meanwhile by this
+process, kube-apiserver and etcd (read from /proc, with the pids start.sh records).
+Everything is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kgpu.kube.client import KubeClient
+from kgpu.kube.errors import KubeError
+from kgpu.kube.loop import LoopConfig
+from kgpu.kube.resources import NODES, PODS, Resource
+from kgpu.kube.run import RunningScheduler, RunOptions
+
+KAPI_DIR = Path(os.environ.get("KAPI_DIR", "/var/cache/kube-apiserver-1.20"))
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SCHEDULER = "kgpu-bench"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def node(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    alloc = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"}
+    labels = {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+        "nvidia.com/gpu.count": "8",
+        "nvidia.com/gpu.memory": "81920",
+    }
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    status = {
+        "capacity": alloc,
+        "allocatable": alloc,
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    return obj, status
+
+
+# Per 8 pods: shares of 0.25, 0.25, 0.25, 0.5, 0.5, 0.5 and one and two whole GPUs:
+# 5.25 GPUs, so 10,000 pods ask for 6,562 of 1,000 nodes' 8,000 GPUs (82%).
+MIX = ("0.25", "0.5", "0.25", "0.5", 1, "0.5", 2, "0.25")
+
+
+def pod(name: str, namespace: str, i: int) -> dict[str, Any]:
+    want = MIX[i % len(MIX)]
+    annotations = {"gpu-fraction": want} if isinstance(want, str) else {}
+    limits = {"nvidia.com/gpu": str(want)} if isinstance(want, int) else {}
+    resources = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": limits}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "containers": [{"name": "main", "image": "example/infer:1", "resources": resources}],
+        },
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process, from /proc/PID/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def server_pids() -> dict[str, int]:
+    pids = {}
+    for name in ("kube-apiserver", "etcd"):
+        path = KAPI_DIR / "run" / f"{name}.pid"
+        if path.exists():
+            pids[name] = int(path.read_text().strip())
+    return pids
+
+
+def in_parallel(call: Any, items: list[Any], workers: int = 16) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(call, items):
+            pass
+
+
+def write_ceiling(client: KubeClient, namespace: str, count: int, workers: int) -> float:
+    """Writes per second the API server takes with nothing else going on: merge patches of
+    an annotation on the bench's own pods, ``workers`` at once (before scheduling starts)."""
+
+    def touch(i: int) -> None:
+        patch = {"metadata": {"annotations": {"bench/touched": "yes"}}}
+        client.patch(PODS, f"p{i:05d}", patch, namespace)
+
+    started = time.perf_counter()
+    in_parallel(touch, list(range(count)), workers)
+    return count / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", default=str(KAPI_DIR / "kubeconfig"))
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument(
+        "--workers", type=int, default=LoopConfig().bind_workers, help="binds in flight at once"
+    )
+    opts = parser.parse_args()
+    client = KubeClient.from_kubeconfig(opts.kubeconfig, pool_size=32)
+    tag = uuid.uuid4().hex[:6]
+    namespace = f"bench-{tag}"
+    names = [f"bench-{tag}-{i:04d}" for i in range(opts.nodes)]
+    client.create(NAMESPACES, {"metadata": {"name": namespace}})
+    try:
+        measure(client, opts, namespace, names, tag)
+    finally:
+        started = time.perf_counter()
+        clean_up(client, namespace, names)
+        print(f"\ncleaned up in {time.perf_counter() - started:.1f}s")
+        client.close()
+
+
+def clean_up(client: KubeClient, namespace: str, names: list[str]) -> None:
+    """Delete the bench's pods (grace period 0: no kubelet will confirm), nodes and
+    namespace. Deleting 10,000 pods outlasts one request's time limit on the server, which
+    goes on deleting: ask again until none are left."""
+    for _ in range(20):
+        try:
+            if not client.list(PODS, namespace=namespace).items:
+                break
+            query = [("gracePeriodSeconds", "0")]
+            client.request("DELETE", PODS.path(namespace), query=query, timeout=120)
+        except KubeError as exc:
+            print(f"  deleting pods: {exc}")
+
+    def delete_node(name: str) -> None:
+        with contextlib.suppress(KubeError):
+            client.delete(NODES, name)
+
+    in_parallel(delete_node, names)
+    with contextlib.suppress(KubeError):
+        client.delete(NAMESPACES, namespace)
+
+
+def measure(
+    client: KubeClient, opts: argparse.Namespace, namespace: str, names: list[str], tag: str
+) -> None:
+    started = time.perf_counter()
+
+    def add_node(name: str) -> None:
+        obj, status = node(name)
+        client.create(NODES, obj)
+        client.patch(NODES, name, {"status": status}, subresource="status")
+        client.patch(NODES, name, {"spec": {"taints": None}})  # no node controller lifts it
+
+    in_parallel(add_node, names)
+    print(f"{opts.nodes} nodes created in {time.perf_counter() - started:.1f}s", flush=True)
+    started = time.perf_counter()
+    in_parallel(
+        lambda i: client.create(PODS, pod(f"p{i:05d}", namespace, i), namespace),
+        list(range(opts.pods)),
+    )
+    print(f"{opts.pods} pods created in {time.perf_counter() - started:.1f}s", flush=True)
+    ceiling = write_ceiling(client, namespace, min(opts.pods, 2000), opts.workers + 2)
+    print(f"API server, plain pod patches {opts.workers + 2} at once: {ceiling:.0f} writes/s")
+
+    pids = server_pids()
+    cpu_before = {k: cpu_seconds(p) for k, p in pids.items()}
+    own_before = time.process_time()
+    options = RunOptions(
+        kubeconfig=opts.kubeconfig,
+        scheduler_name=SCHEDULER,
+        metrics_port=None,
+        lease_name=f"kgpu-bench-{tag}",
+        loop=LoopConfig(scheduler_name=SCHEDULER, bind_workers=opts.workers),
+    )
+    running = RunningScheduler(options)
+    started = time.perf_counter()
+    running.start()
+    first_bound = None
+    progress = (0, started)  # (pods bound, when that count was first seen)
+    try:
+        while True:
+            bound = sum(
+                1
+                for p in running.pods.items()
+                if p["metadata"].get("namespace") == namespace and p["spec"].get("nodeName")
+            )
+            now = time.perf_counter()
+            if bound and first_bound is None:
+                first_bound = now - started
+            if bound >= opts.pods:
+                break
+            if bound != progress[0]:
+                if int(now - started) // 10 != int(progress[1] - started) // 10:
+                    print(f"  {now - started:5.0f}s: {bound} bound", flush=True)
+                progress = (bound, now)
+            elif now - progress[1] > 60:
+                print(f"no progress for 60s: {opts.pods - bound} pods not bound", flush=True)
+                break
+            time.sleep(0.2)
+        elapsed = progress[1] - started if bound < opts.pods else time.perf_counter() - started
+        own = time.process_time() - own_before
+        cpu = {k: cpu_seconds(p) - cpu_before[k] for k, p in pids.items()}
+        registry = running.metrics.registry
+        loop = running.loop
+    finally:
+        running.stop()
+
+    def sample(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    print(
+        f"\n{bound} pods on {opts.nodes} nodes bound in {elapsed:.1f}s: {bound / elapsed:.0f} "
+        f"pods/s (first bind {first_bound or 0:.2f}s after the scheduler started)"
+    )
+    print("\nwhere the time goes")
+    print(
+        f"  scheduler: {loop.sessions} sessions, {loop.snapshot_s:.1f}s building snapshots, "
+        f"{loop.decide_s:.1f}s deciding"
+    )
+    for step in ("annotate", "bind"):
+        count = sample("kgpu_binding_duration_seconds_count", step=step)
+        total = sample("kgpu_binding_duration_seconds_sum", step=step)
+        mean = 1000 * total / max(count, 1)
+        print(f"  {step:<8} API calls: {count:.0f}, mean {mean:.1f} ms")
+    workers = (options.loop or LoopConfig()).bind_workers
+    print(f"  binds in flight at once: {workers}; events sent by {options.event_workers} threads")
+    writes = 3 * bound / elapsed
+    print(
+        f"  API writes: 3 a pod (PreBind patch, Binding, Scheduled event): {writes:.0f}/s, "
+        f"{100 * writes / ceiling:.0f}% of the plain patch rate measured above"
+    )
+    print(f"  CPU seconds meanwhile ({os.cpu_count()} cores, {elapsed:.1f}s wall):")
+    print(f"    this process (scheduler, informers, binders, events): {own:.1f}")
+    for name, seconds in cpu.items():
+        print(f"    {name}: {seconds:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""What the admission webhook decides: AdmissionReview v1 in, AdmissionReview v1 out.
+
+Checked, each with a denial that names the object, the field, the value and what is
+expected (the messages of :class:`kgpu.kube.convert.ConversionError`):
+
+- Pods whose ``spec.schedulerName`` is ours: everything the scheduler parses (GPU requests
+  in every dialect, ``gpu-fraction``, ``gpu-memory``, ``volcano.sh/card.name``, quantities,
+  tolerations), through :func:`kgpu.kube.convert.pod_from_k8s` itself, so that what the
+  webhook admits is exactly what the scheduler can read. Pods of other schedulers are not
+  ours to judge and are allowed.
+- Queues (``kgpu.io`` and Volcano's): the ``volcano.sh/card.quota`` annotation must be a JSON
+  object of card name to a whole number of cards; a card's ``limit`` is not below its
+  ``deserved``.
+- PodGroups: ``spec.maxMember`` is not below ``spec.minMember``.
+
+Everything else is allowed. An UPDATE is denied only when it breaks an object that was
+valid: an object admitted before the webhook was installed may still be relabelled, or have
+its finalizers removed so that it can be deleted; such an update is allowed with a warning.
+(The install registers pods for CREATE only; see :mod:`kgpu.kube.render`.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from kgpu.kube.convert import ConversionError, pod_from_k8s, show
+
+CARD_QUOTA_ANNOTATION: Final = "volcano.sh/card.quota"
+GPU_MEMORY_ANNOTATION: Final = "gpu-memory"
+REVIEW_API: Final = "admission.k8s.io/v1"
+DENIED_CODE: Final = 422  # what the API server answers for objects its own schema rejects
+_WHOLE: Final = re.compile(r"[0-9]+")
+
+Obj = Mapping[str, Any]
+
+
+class ReviewError(ValueError):
+    """A request that is not an AdmissionReview v1 (answered with HTTP 400)."""
+
+
+def review(body: object, scheduler_name: str) -> dict[str, Any]:
+    """The AdmissionReview answering ``body`` (an AdmissionReview v1 request)."""
+    if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
+        raise ReviewError("expected a JSON AdmissionReview")
+    if body.get("apiVersion") != REVIEW_API:
+        raise ReviewError(
+            f"AdmissionReview apiVersion is {show(body.get('apiVersion'))}, expected {REVIEW_API}"
+        )
+    request = body.get("request")
+    if not isinstance(request, Mapping):
+        raise ReviewError("AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("AdmissionReview request has no uid")
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    problem = _problem(request, request.get("object"), scheduler_name)
+    if problem is not None:
+        old = request.get("oldObject")
+        if request.get("operation") == "UPDATE" and _problem(request, old, scheduler_name):
+            response["warnings"] = [problem]
+        else:
+            response["allowed"] = False
+            response["status"] = {"code": DENIED_CODE, "message": problem}
+    return {"apiVersion": REVIEW_API, "kind": "AdmissionReview", "response": response}
+
+
+def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:
+    """What is wrong with ``obj`` (the request's object or old object), or None."""
+    if not isinstance(obj, Mapping):
+        return None  # DELETE and CONNECT carry none; nothing to judge
+    kind = request.get("kind")
+    kind = kind.get("kind") if isinstance(kind, Mapping) else None
+    obj = _named(obj, request)
+    if kind == "Pod":
+        return pod_problem(obj, scheduler_name)
+    if kind == "Queue":
+        return queue_problem(obj)
+    if kind == "PodGroup":
+        return podgroup_problem(obj)
+    return None
+
+
+def _named(obj: Obj, request: Obj) -> Obj:
+    """The object with its name and namespace as the request gives them.
+
+    A CREATE's object may lack ``metadata.namespace`` (the URL carries it), and messages
+    should name the object the user sees.
+    """
+    meta = obj.get("metadata")
+    meta = dict(meta) if isinstance(meta, Mapping) else {}
+    if not meta.get("namespace") and isinstance(request.get("namespace"), str):
+        meta["namespace"] = request["namespace"]
+    if not meta.get("name"):
+        name = request.get("name")
+        generate = meta.get("generateName")
+        meta["name"] = name or (f"{generate}*" if isinstance(generate, str) else "(no name)")
+    return {**obj, "metadata": meta}
+
+
+def _ref(kind: str, obj: Obj) -> str:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    ns = meta.get("namespace")
+    return f"{kind} {ns}/{meta.get('name')}" if ns else f"{kind} {meta.get('name')}"
+
+
+# ---------------------------------------------------------------------------- kinds
+
+
+def pod_problem(obj: Obj, scheduler_name: str) -> str | None:
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("schedulerName") != scheduler_name:
+        return None
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    memory = annotations.get(GPU_MEMORY_ANNOTATION) if isinstance(annotations, Mapping) else None
+    # The scheduler refuses gpu-memory as not supported yet; a malformed value deserves the
+    # more useful message of what it should look like.
+    if isinstance(memory, str) and not (_WHOLE.fullmatch(memory) and int(memory) > 0):
+        return str(
+            ConversionError(
+                _ref("Pod", obj),
+                f"annotation {GPU_MEMORY_ANNOTATION}",
+                memory,
+                "a whole number of MiB, at least 1",
+            )
+        )
+    try:
+        pod_from_k8s(obj)
+    except ConversionError as exc:
+        return str(exc)
+    return None
+
+
+def queue_problem(obj: Obj) -> str | None:
+    ref = _ref("Queue", obj)
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    text = annotations.get(CARD_QUOTA_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if text is not None:
+        problem = card_quota_problem(ref, text)
+        if problem is not None:
+            return problem
+    spec = obj.get("spec")
+    cards = spec.get("cards") if isinstance(spec, Mapping) else None
+    for name, card in (cards or {}).items() if isinstance(cards, Mapping) else ():
+        if not isinstance(card, Mapping):
+            continue  # the CRD's schema rejects it before the webhook is called
+        deserved, limit = card.get("deserved"), card.get("limit")
+        if isinstance(deserved, int) and isinstance(limit, int) and limit < deserved:
+            field = f"spec.cards[{name}].limit"
+            return str(ConversionError(ref, field, limit, f"at least deserved ({deserved})"))
+    return None
+
+
+def card_quota_problem(ref: str, text: object) -> str | None:
+    """``volcano.sh/card.quota``: a JSON object of card name to a whole number of cards."""
+    field = f"annotation {CARD_QUOTA_ANNOTATION}"
+    expected = 'a JSON object of card name to a whole number of cards, such as {"NVIDIA-A100": 8}'
+    try:
+        quota = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        quota = None
+    if not isinstance(quota, dict):
+        return str(ConversionError(ref, field, text, expected))
+    for card, count in quota.items():
+        if not card.strip():
+            return str(ConversionError(ref, field, text, "card names that are not empty"))
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return str(
+                ConversionError(
+                    ref, f"{field}[{card}]", count, "a whole number of cards, at least 0"
+                )
+            )
+    return None
+
+
+def podgroup_problem(obj: Obj) -> str | None:
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    low, high = spec.get("minMember"), spec.get("maxMember")
+    if isinstance(low, int) and isinstance(high, int) and high < low:
+        return str(
+            ConversionError(
+                _ref("PodGroup", obj), "spec.maxMember", high, f"at least minMember ({low})"
+            )
+        )
+    return None

@@ -1,0 +1,336 @@
+"""Calls to the Kubernetes API, over the official ``kubernetes`` Python client.
+
+The official client brings what is hard to get right: kubeconfig and in-cluster loading,
+TLS, bearer tokens and exec-plugin refresh, connection pooling. kgpu uses it one level
+below its generated ``CoreV1Api`` methods: every call goes through
+``ApiClient.param_serialize`` and ``ApiClient.call_api`` with the raw answer read here.
+That gives one code path for core objects, leases and our custom resources alike, plain
+dicts out (which :mod:`kgpu.kube.convert` reads, as it reads manifest files), no model
+deserialisation of 10,000 pods per list, and no trouble with the ``Status`` that the API
+server answers a pod binding with (which the generated ``create_namespaced_binding`` fails
+to parse unless it is called with ``_preload_content=False``).
+
+Every call has a time bound: ``Timeouts.request`` for an ordinary call, the watch's own
+``timeoutSeconds`` plus ``Timeouts.watch_grace`` for a watch. The client retries nothing
+itself (urllib3's retries are off): errors come out as :mod:`kgpu.kube.errors`, and the
+caller, who knows whether a retry is safe, decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import OpenApiException
+from kubernetes.config.config_exception import ConfigException
+
+from kgpu.kube.errors import BadConfig, KubeError, Unavailable, from_exception, from_status
+from kgpu.kube.resources import PODS, Resource
+
+Body = Mapping[str, Any] | Sequence[Mapping[str, Any]]
+MERGE_PATCH = "application/merge-patch+json"
+
+# What the library may raise on a call: connection and protocol errors, socket errors,
+# undecodable bodies, and the client's own exceptions (TLS failures arrive as those).
+_CALL_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, OpenApiException)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Bounds on every call, in seconds."""
+
+    connect: float = 5.0
+    request: float = 15.0  # the longest wait for any byte of an ordinary answer
+    watch: int = 300  # timeoutSeconds asked of the server for one watch
+    watch_grace: float = 30.0  # silence past ``watch`` after which the client gives up
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectList:
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED or BOOKMARK
+    object: dict[str, Any]
+
+
+def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> Configuration:
+    """Connection settings from ``kubeconfig``; with none given, from the pod's service
+    account when running in a cluster, else from $KUBECONFIG or ~/.kube/config."""
+    configuration = Configuration()
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise BadConfig(f"cannot use kubeconfig {where}: {exc}") from exc
+    return configuration
+
+
+class KubeClient:
+    """Thread-safe: one client serves the informers, the binders and the elector at once."""
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        *,
+        timeouts: Timeouts | None = None,
+        user_agent: str = "kgpu",
+        pool_size: int = 32,
+    ) -> None:
+        self.timeouts = timeouts or Timeouts()
+        # Retries are the caller's decision (a retried POST could bind twice); and a pool as
+        # wide as the binders, or connections are opened and dropped for every call.
+        configuration.retries = urllib3.util.Retry(total=False)
+        configuration.connection_pool_maxsize = pool_size
+        self._api = ApiClient(configuration)
+        self._api.user_agent = user_agent
+
+    @classmethod
+    def from_kubeconfig(
+        cls, kubeconfig: str | None = None, *, context: str | None = None, **kwargs: Any
+    ) -> KubeClient:
+        return cls(load_configuration(kubeconfig, context), **kwargs)
+
+    def close(self) -> None:
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    # ------------------------------------------------------------------ raw calls
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        body: Body | None,
+        content_type: str,
+        timeout: float | tuple[float, float],
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method, url, headers, payload, post = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query) or None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self._api.call_api(
+            method,
+            url,
+            header_params=headers,
+            body=payload,
+            post_params=post,
+            _request_timeout=timeout,
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Body | None = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """One call; the decoded JSON answer, or a :class:`KubeError`."""
+        what = f"{method} {path}"
+        bound = (self.timeouts.connect, timeout or self.timeouts.request)
+        try:
+            response = self._send(method, path, query, body, content_type, bound)
+            raw = response.read()
+        except _CALL_ERRORS as exc:
+            raise from_exception(exc, what) from exc
+        if not 200 <= response.status < 300:
+            raise from_status(response.status, raw, what)
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError as exc:
+            raise Unavailable(f"{what}: the answer is not JSON: {raw[:200]!r}") from exc
+        return data if isinstance(data, dict) else {"value": data}
+
+    # ------------------------------------------------------------------ objects
+
+    def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        label_selector: str = "",
+    ) -> ObjectList:
+        """All objects of a type. ``resource_version`` "X" asks for a state at least as new
+        as X (served from the API server's watch cache); None for a fresh quorum read."""
+        query = [("resourceVersion", resource_version)] if resource_version else []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        data = self.request("GET", resource.path(namespace), query=query)
+        items = data.get("items") or []
+        for item in items:
+            # The API server leaves kind and apiVersion out of a list's items.
+            item.setdefault("kind", resource.kind)
+            item.setdefault("apiVersion", resource.api_version)
+        version = data.get("metadata", {}).get("resourceVersion", "")
+        return ObjectList(items, str(version))
+
+    def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        *,
+        namespace: str | None = None,
+        timeout_seconds: int | None = None,
+    ) -> Watch:
+        """Changes after ``resource_version``, bookmarks included, until the server ends
+        the watch (after ``timeout_seconds``) or something breaks (a :class:`KubeError`;
+        410 Gone, sent at the start or inside the stream, is :class:`Expired`)."""
+        seconds = timeout_seconds or self.timeouts.watch
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(seconds)),
+        ]
+        path = resource.path(namespace)
+        what = f"WATCH {path}"
+        bound = (self.timeouts.connect, seconds + self.timeouts.watch_grace)
+        try:
+            response = self._send("GET", path, query, None, "application/json", bound)
+        except _CALL_ERRORS as exc:
+            raise from_exception(exc, what) from exc
+        raw = response.response  # urllib3's, unread: the body is the stream
+        if response.status != 200:
+            try:
+                body = raw.read()
+            except _CALL_ERRORS:
+                body = b""
+            finally:
+                raw.close()
+            raise from_status(response.status, body, what)
+        return Watch(raw, resource, what)
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return self.request("GET", resource.path(namespace, name))
+
+    def create(
+        self, resource: Resource, obj: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        return self.request("POST", resource.path(namespace), body=obj)
+
+    def replace(
+        self, resource: Resource, name: str, obj: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """PUT: fails with Conflict if ``obj``'s resourceVersion is no longer current."""
+        return self.request("PUT", resource.path(namespace, name), body=obj)
+
+    def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str | None = None,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386). A ``metadata.uid`` or ``metadata.resourceVersion``
+        in the patch is a precondition: the server answers 409 if it does not match."""
+        path = resource.path(namespace, name, subresource)
+        return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+        self.request("DELETE", resource.path(namespace, name))
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's Binding (pods/binding); a pod that is already bound answers 409.
+        The uid is a precondition where the API server checks it (v1.20 does not; there the
+        uid and resourceVersion preconditions of the PreBind patch just before are what keep
+        a pod deleted and created again under the same name from being bound by mistake)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.request("POST", PODS.path(namespace, name, "binding"), body=body)
+
+
+class Watch:
+    """One open watch: iterate for its events; ``close`` from any thread ends it."""
+
+    def __init__(self, raw: Any, resource: Resource, what: str) -> None:
+        self._raw = raw
+        self._resource = resource
+        self._what = what
+        self._closed = False
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        what = self._what
+        try:
+            for line in _lines(self._raw):
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object")
+                if not isinstance(obj, dict) or not isinstance(kind, str):
+                    raise Unavailable(f"{what}: an event without type or object: {line[:200]!r}")
+                if kind == "ERROR":
+                    raise from_status(int(obj.get("code") or 500), json.dumps(obj), what)
+                obj.setdefault("kind", self._resource.kind)
+                obj.setdefault("apiVersion", self._resource.api_version)
+                yield WatchEvent(kind, obj)
+        except KubeError:
+            raise
+        except (*_CALL_ERRORS, AttributeError) as exc:
+            # AttributeError: http.client reading a response that ``close`` has just closed
+            # from another thread. Either way, a closed watch simply ends.
+            if self._closed:
+                return
+            if isinstance(exc, AttributeError):
+                raise
+            raise from_exception(exc, what) from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the watch now. A thread blocked reading it is woken by shutting the socket
+        down (closing alone does not wake a blocked recv); the connection is never pooled
+        again, since a watch rarely ends at a clean boundary."""
+        self._closed = True
+        connection = getattr(self._raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(*_CALL_ERRORS):
+            self._raw.close()
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """The stream's newline-separated JSON documents, as they arrive."""
+    pending = b""
+    for chunk in response.stream(64 * 1024, decode_content=True):
+        pending += chunk
+        if b"\n" not in pending:
+            continue
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+    if pending.strip():
+        yield pending

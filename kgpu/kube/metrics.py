@@ -1,0 +1,141 @@
+"""Prometheus metrics of the live scheduler, and the HTTP endpoint that serves them.
+
+``/metrics``: Prometheus text format. ``/healthz``: 200 while the process serves.
+``/readyz``: 200 once every informer has synced and, with leader election, once the first
+election round has answered (leader or not: a standby is ready, it just does not bind),
+503 with the list of what is missing before that.
+
+Queue metrics (per-queue allocated, deserved and fair share; per-card figures) come with
+queues and cards in a later issue.
+
+Each scheduler gets its own registry, so several can live in one process (the tests run
+two to check leader election).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# From 1 ms to about a minute: a session over a large cluster, a pod that waited for room.
+_LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+class SchedulerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.attempts = Counter(
+            "kgpu_schedule_attempts",
+            "Scheduling attempts by result: scheduled (bound), unschedulable (no node fits), "
+            "error (unreadable request, or a bind the API server refused)",
+            ["result"],
+            registry=r,
+        )
+        self.pod_latency = Histogram(
+            "kgpu_pod_scheduling_duration_seconds",
+            "From a pod first seen pending by this scheduler to its binding",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.attempt_latency = Histogram(
+            "kgpu_binding_duration_seconds",
+            "One pod's PreBind annotation patch and Binding, by step",
+            ["step"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.session_latency = Histogram(
+            "kgpu_session_duration_seconds",
+            "One scheduling session: snapshot, decisions, handing binds to the binders",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.pending = Gauge(
+            "kgpu_pending_pods",
+            "Pods of this scheduler waiting, by the reason code of their last attempt",
+            ["reason"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "kgpu_leader", "1 while this instance holds the leader lease", registry=r
+        )
+        for result in ("scheduled", "unschedulable", "error"):
+            self.attempts.labels(result)
+
+    def set_pending(self, by_reason: Mapping[str, int]) -> None:
+        """Replace the pending gauge's series: reasons that no pod has any more go away."""
+        self.pending.clear()
+        for reason, count in by_reason.items():
+            self.pending.labels(reason).set(count)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class HealthServer:
+    """/metrics, /healthz and /readyz on ``port`` (0: any free port; see ``port`` after)."""
+
+    def __init__(
+        self,
+        metrics: SchedulerMetrics,
+        ready: Callable[[], list[str]],
+        *,
+        host: str = "0.0.0.0",
+        port: int = 10251,
+    ) -> None:
+        handler = _handler(metrics, ready)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
+
+    def start(self) -> HealthServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(
+    metrics: SchedulerMetrics, ready: Callable[[], list[str]]
+) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._answer(200, metrics.render(), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/livez"):
+                self._answer(200, b"ok")
+            elif path == "/readyz":
+                missing = ready()
+                if missing:
+                    text = "not ready: " + ", ".join(missing)
+                    self._answer(503, text.encode())
+                else:
+                    self._answer(200, b"ok")
+            else:
+                self._answer(404, b"not found")
+
+        def _answer(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # probes every few seconds would drown the scheduler's own log
+
+    return Handler

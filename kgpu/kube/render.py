@@ -1,0 +1,441 @@
+"""The install, as the objects that ``kubectl apply -f`` of ``kgpu manifests`` creates.
+
+What each option of :class:`InstallOptions` (``kgpu manifests`` flag) sets:
+
+- ``namespace`` (``--namespace``, default kgpu-system): the Namespace object, where every
+  namespaced object goes, the scheduler's leader-election Lease (a Role there allows just
+  that Lease), and the webhook Service the API server calls.
+- ``image`` (``--image``): the image of both Deployments (scheduler and webhook).
+- ``scheduler_name`` (``--scheduler-name``, default kgpu-scheduler): the ``spec.schedulerName``
+  the scheduler claims and the webhook validates, the Lease name, and the name (or name
+  prefix) of every other object, so two installs with different names can share a cluster
+  (they share the CRDs, which are the same for all).
+- ``webhook`` (``--webhook/--no-webhook``): whether the admission webhook is installed: its
+  ServiceAccount, a Secret with a certificate made now (see :mod:`kgpu.kube.certs`), a
+  Service, a Deployment of ``kgpu webhook`` and the ValidatingWebhookConfiguration whose
+  ``caBundle`` is the certificate's CA.
+- ``failure_policy`` (``--webhook-failure-policy``, default Ignore): what the API server does
+  when the webhook cannot be reached. Ignore keeps pods flowing while the webhook restarts
+  (a malformed pod then pends with the same message as an event); Fail guarantees that no
+  malformed pod is admitted.
+- ``replicas`` (``--replicas``, default 2): scheduler replicas; one leads, the others wait on
+  the Lease, so a lost node costs seconds of scheduling, not a reschedule of the scheduler.
+- ``crds_only`` (``--crds-only``): just the four CRDs (for ``kgpu run --kubeconfig`` from a
+  workstation, or a cluster where another tool manages the rest).
+
+Namespaces labelled ``kgpu.io/admission: skip`` (the install's own is) are not sent to the
+webhook, so the webhook's own pods can always start.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+
+from kgpu.kube.certs import WebhookTls, generate_tls, service_dns_names
+from kgpu.kube.crds import GROUP, VERSION, custom_resource_definitions
+
+Obj = dict[str, Any]
+
+DEFAULT_NAMESPACE: Final = "kgpu-system"
+DEFAULT_IMAGE: Final = "ghcr.io/kgpu/kgpu:0.1.0"
+DEFAULT_SCHEDULER_NAME: Final = "kgpu-scheduler"
+METRICS_PORT: Final = 10251  # `kgpu run`'s default, kube-scheduler's old port
+WEBHOOK_PORT: Final = 8443
+WEBHOOK_PATH: Final = "/validate"
+SKIP_LABEL: Final = "kgpu.io/admission"
+TLS_DIR: Final = "/etc/kgpu/tls"
+_LABEL_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+class RenderError(ValueError):
+    """An option that would render objects the API server refuses."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstallOptions:
+    namespace: str = DEFAULT_NAMESPACE
+    image: str = DEFAULT_IMAGE
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    webhook: bool = True
+    failure_policy: str = "Ignore"
+    replicas: int = 2
+    crds_only: bool = False
+
+    def check(self) -> None:
+        # Both names end up as object names and label values: DNS-1123 labels, 63 at most
+        # (less the "-webhook" suffix some objects add).
+        for flag, value, longest in (
+            ("--namespace", self.namespace, 63),
+            ("--scheduler-name", self.scheduler_name, 63 - len("-webhook")),
+        ):
+            if not _LABEL_NAME.fullmatch(value) or len(value) > longest:
+                raise RenderError(
+                    f'{flag} is "{value}", expected lower-case letters, digits and "-", '
+                    f"starting and ending with a letter or digit, at most {longest} characters"
+                )
+        if not self.image or any(c.isspace() for c in self.image):
+            raise RenderError(f'--image is "{self.image}", expected an image reference')
+        if self.failure_policy not in ("Ignore", "Fail"):
+            raise RenderError(
+                f'--webhook-failure-policy is "{self.failure_policy}", expected Ignore or Fail'
+            )
+        if self.replicas < 1:
+            raise RenderError(f"--replicas is {self.replicas}, expected at least 1")
+
+
+def scheduler_args(opts: InstallOptions) -> list[str]:
+    """The scheduler container's command line (``kgpu run`` in the cluster); the Lease is
+    named after the scheduler, in the install's namespace."""
+    return [
+        "run",
+        f"--scheduler-name={opts.scheduler_name}",
+        "--leader-elect",
+        f"--namespace-for-lease={opts.namespace}",
+        f"--metrics-port={METRICS_PORT}",
+    ]
+
+
+def webhook_args(opts: InstallOptions) -> list[str]:
+    return [
+        "webhook",
+        f"--port={WEBHOOK_PORT}",
+        f"--cert={TLS_DIR}/tls.crt",
+        f"--key={TLS_DIR}/tls.key",
+        f"--scheduler-name={opts.scheduler_name}",
+    ]
+
+
+def render_objects(opts: InstallOptions, tls: WebhookTls | None = None) -> list[Obj]:
+    """Every object of the install, in an order ``kubectl apply`` can create them in.
+
+    ``tls`` is the webhook's certificate; by default a new one is made for the Service.
+    """
+    opts.check()
+    crds = custom_resource_definitions()
+    if opts.crds_only:
+        return crds
+    objects = [_namespace(opts), *crds, *_scheduler(opts)]
+    if opts.webhook:
+        webhook_name = f"{opts.scheduler_name}-webhook"
+        if tls is None:
+            tls = generate_tls(service_dns_names(webhook_name, opts.namespace))
+        objects += _webhook(opts, tls)
+    return objects
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Objects share label dicts; YAML anchors for them would puzzle a person reading."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(objects: Iterable[Obj], header: str = "") -> str:
+    body = yaml.dump_all(
+        list(objects), Dumper=_NoAliases, sort_keys=False, explicit_start=True, width=100
+    )
+    return header + body
+
+
+# ---------------------------------------------------------------------------- pieces
+
+
+def _labels(opts: InstallOptions, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "kgpu",
+        "app.kubernetes.io/instance": opts.scheduler_name,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def _meta(opts: InstallOptions, name: str, component: str, namespaced: bool = True) -> Obj:
+    meta: Obj = {"name": name}
+    if namespaced:
+        meta["namespace"] = opts.namespace
+    meta["labels"] = {**_labels(opts, component), "app.kubernetes.io/part-of": "kgpu"}
+    return meta
+
+
+def _namespace(opts: InstallOptions) -> Obj:
+    meta = _meta(opts, opts.namespace, "namespace", namespaced=False)
+    meta["labels"][SKIP_LABEL] = "skip"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+def _scheduler_rules() -> list[Obj]:
+    """Only what ``kgpu run`` does: read and annotate pods, bind them, read nodes, record
+    events, read kgpu's custom resources and write the status of those it reports on."""
+    crs = ["queues", "podgroups", "devices", "workspaces"]
+    return [
+        _rule([""], ["pods"], ["get", "list", "watch", "patch"]),
+        _rule([""], ["pods/binding"], ["create"]),
+        _rule([""], ["nodes"], ["get", "list", "watch"]),
+        # core/v1 Events: what `kubectl describe` shows on every version; patch counts repeats
+        _rule([""], ["events"], ["create", "patch"]),
+        _rule([GROUP], crs, ["get", "list", "watch"]),
+        _rule(
+            [GROUP], ["queues/status", "podgroups/status", "workspaces/status"], ["update", "patch"]
+        ),
+    ]
+
+
+def _scheduler(opts: InstallOptions) -> list[Obj]:
+    name = opts.scheduler_name
+    meta = _meta(opts, name, "scheduler")
+    cluster_meta = _meta(opts, name, "scheduler", namespaced=False)
+    lease_meta = _meta(opts, f"{name}-leader-election", "scheduler")
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}]
+    # Leases are namespaced: a Role in the install's namespace, not a ClusterRole.
+    lease_rules = [
+        _rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        {**_rule(["coordination.k8s.io"], ["leases"], ["get", "update"]), "resourceNames": [name]},
+    ]
+    rbac = "rbac.authorization.k8s.io"
+    pod_spec: Obj = {
+        "serviceAccountName": name,
+        "priorityClassName": "system-cluster-critical",
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532},
+        "containers": [
+            {
+                "name": "scheduler",
+                "image": opts.image,
+                "args": scheduler_args(opts),
+                "env": [
+                    _field_env("POD_NAME", "metadata.name"),
+                    _field_env("POD_NAMESPACE", "metadata.namespace"),
+                ],
+                "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+                "livenessProbe": _probe("/healthz", "metrics", "HTTP", period=10, failures=3),
+                "readinessProbe": _probe("/readyz", "metrics", "HTTP", period=5, failures=2),
+                "resources": {
+                    "requests": {"cpu": "500m", "memory": "512Mi"},
+                    "limits": {"memory": "2Gi"},
+                },
+                "securityContext": _container_security(),
+            }
+        ],
+        # Replicas on different nodes, or a node failure takes the standby with the leader.
+        "affinity": _spread(opts, "scheduler"),
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "ClusterRole",
+            "metadata": cluster_meta,
+            "rules": _scheduler_rules(),
+        },
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": cluster_meta,
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
+            "subjects": subject,
+        },
+        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": lease_meta, "rules": lease_rules},
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "RoleBinding",
+            "metadata": lease_meta,
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": lease_meta["name"]},
+            "subjects": subject,
+        },
+        _deployment(opts, meta, "scheduler", opts.replicas, pod_spec),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                **_meta(opts, f"{name}-metrics", "scheduler"),
+                "annotations": {
+                    "prometheus.io/scrape": "true",
+                    "prometheus.io/port": str(METRICS_PORT),
+                    "prometheus.io/path": "/metrics",
+                },
+            },
+            "spec": {
+                "selector": _labels(opts, "scheduler"),
+                "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}],
+            },
+        },
+    ]
+
+
+def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
+    name = f"{opts.scheduler_name}-webhook"
+    meta = _meta(opts, name, "webhook")
+    secret = f"{name}-tls"
+    pod_spec: Obj = {
+        "serviceAccountName": name,
+        # The webhook reads nothing from the API server.
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532},
+        "containers": [
+            {
+                "name": "webhook",
+                "image": opts.image,
+                "args": webhook_args(opts),
+                "ports": [{"name": "https", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}],
+                "livenessProbe": _probe("/healthz", "https", "HTTPS", period=10, failures=3),
+                "readinessProbe": _probe("/healthz", "https", "HTTPS", period=5, failures=2),
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                    "limits": {"memory": "256Mi"},
+                },
+                "securityContext": _container_security(),
+                "volumeMounts": [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}],
+            }
+        ],
+        "volumes": [{"name": "tls", "secret": {"secretName": secret}}],
+        "affinity": _spread(opts, "webhook"),
+    }
+    deployment = _deployment(opts, meta, "webhook", 2, pod_spec)
+    # A re-render makes a new certificate: the checksum changes, so the pods restart and
+    # serve it, in step with the new caBundle.
+    checksum = hashlib.sha256(tls.cert_pem).hexdigest()
+    deployment["spec"]["template"]["metadata"]["annotations"] = {"kgpu.io/tls-sha256": checksum}
+    client = {
+        "service": {"namespace": opts.namespace, "name": name, "path": WEBHOOK_PATH, "port": 443},
+        "caBundle": _b64(tls.ca_pem),
+    }
+    skip = {"matchExpressions": [{"key": SKIP_LABEL, "operator": "NotIn", "values": ["skip"]}]}
+    ops = ["CREATE", "UPDATE"]
+    webhooks = [
+        {
+            **_hook("pods.kgpu.io", client, opts.failure_policy),
+            "namespaceSelector": skip,
+            # CREATE only: a pending pod's request cannot change after it, but the
+            # scheduler's own PreBind annotation is an UPDATE of every pod it binds, and
+            # a webhook call there would cost each bind a round trip for nothing.
+            "rules": [_webhook_rule("", "v1", ["CREATE"], "pods")],
+        },
+        {
+            **_hook("queues.kgpu.io", client, opts.failure_policy),
+            # Volcano's queues carry the same card quota annotation.
+            "rules": [
+                _webhook_rule(GROUP, VERSION, ops, "queues"),
+                _webhook_rule("scheduling.volcano.sh", "*", ops, "queues"),
+            ],
+        },
+        {
+            **_hook("podgroups.kgpu.io", client, opts.failure_policy),
+            "namespaceSelector": skip,
+            "rules": [_webhook_rule(GROUP, VERSION, ops, "podgroups")],
+        },
+    ]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": meta,
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": _meta(opts, secret, "webhook"),
+            "type": "kubernetes.io/tls",
+            "data": {
+                "tls.crt": _b64(tls.cert_pem),
+                "tls.key": _b64(tls.key_pem),
+                "ca.crt": _b64(tls.ca_pem),
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {
+                "selector": _labels(opts, "webhook"),
+                "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
+            },
+        },
+        deployment,
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": _meta(opts, name, "webhook", namespaced=False),
+            "webhooks": webhooks,
+        },
+    ]
+
+
+def _webhook_rule(group: str, version: str, operations: list[str], resource: str) -> Obj:
+    return {
+        "apiGroups": [group],
+        "apiVersions": [version],
+        "operations": operations,
+        "resources": [resource],
+    }
+
+
+def _hook(name: str, client: Obj, failure_policy: str) -> Obj:
+    return {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": failure_policy,
+        "matchPolicy": "Equivalent",
+        "timeoutSeconds": 5,
+        "clientConfig": client,
+    }
+
+
+def _deployment(opts: InstallOptions, meta: Obj, component: str, replicas: int, pod: Obj) -> Obj:
+    labels = _labels(opts, component)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def _probe(path: str, port: str, scheme: str, *, period: int, failures: int) -> Obj:
+    return {
+        "httpGet": {"path": path, "port": port, "scheme": scheme},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 2,
+    }
+
+
+def _field_env(name: str, path: str) -> Obj:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _container_security() -> Obj:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _spread(opts: InstallOptions, component: str) -> Obj:
+    term = {
+        "weight": 100,
+        "podAffinityTerm": {
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": _labels(opts, component)},
+        },
+    }
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")

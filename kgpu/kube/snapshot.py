@@ -1,0 +1,298 @@
+"""A fresh ClusterState for each scheduling session, built from the informers' caches.
+
+What is in it:
+
+- Nodes: the Ready ones, by name order (so ties break the same way every session). A node
+  that cannot be read is left out with a Warning naming the field.
+- Every pod bound to one of them that has not finished (Succeeded and Failed pods hold
+  nothing, as kube-scheduler counts them), whichever scheduler bound it, so kgpu shares
+  nodes with the default scheduler:
+
+  1. Our pods first, each on the GPU minors its ``kgpu.io/device-allocation`` annotation
+     records: this is how a restarted scheduler gets back the allocations it made.
+  2. Then every other bound pod on the GPUs the kubelet's checkpoint names for it (the
+     node's Device resource carries it), else on the lowest-numbered GPUs that have room
+     for it (the device plugin's choice is not otherwise visible from the API).
+  3. Then the pods this scheduler placed whose binding the cache has not shown yet
+     (``Assumed``), so two sessions never hand out the same GPU.
+
+- The pods to schedule: ours (``spec.schedulerName``), unbound, not being deleted, and not
+  assumed.
+
+Bad input never loses or double-counts an allocation. An annotation that cannot be read,
+or that names GPUs the pod cannot have, gives a Warning (a ``Problem``) and the pod is
+accounted as a foreign pod is, once. A bound pod that does not fit where it is (an
+overcommitted node, or a request kgpu cannot read) holds everything the node has left:
+the node is full to kgpu until the pod goes, which over-reserves rather than over-commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgpu.kube.allocation import ALLOCATION_ANNOTATION, parse
+from kgpu.kube.convert import ConversionError, node_from_k8s, object_ref, pod_from_k8s
+from kgpu.kube.rebuild import account_recorded, account_unrecorded
+from kgpu.kube.resources import meta, object_key, resource_version, uid
+from kgpu.model.node import NodeInfo, NodeName
+from kgpu.model.pod import PodKey, PodSpec
+from kgpu.state.cluster import ClusterState
+from kgpu.state.holding import hold_rest
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """A pod this scheduler placed whose binding the cache has not shown yet.
+
+    ``expires`` (a ``time.monotonic`` instant) is set when the outcome of the binding is
+    unknown (a timeout): if the cache still shows the pod unbound then, the reservation
+    goes and the pod is scheduled again. None while the bind is in flight or after it
+    succeeded: the entry then lasts until the cache shows the pod bound or deleted.
+    """
+
+    uid: str
+    spec: PodSpec
+    node: NodeName
+    gpus: tuple[int, ...]
+    expires: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something wrong with an object, to report as a Warning event on it."""
+
+    obj: Mapping[str, Any]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    obj: Mapping[str, Any]
+    spec: PodSpec
+
+
+@dataclass(slots=True)
+class Snapshot:
+    state: ClusterState
+    pending: list[PendingPod] = field(default_factory=list)
+    unreadable: list[tuple[Mapping[str, Any], ConversionError]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    specs: list[PodSpec] = field(default_factory=list)  # every readable pod: typical pods
+    from_annotations: int = 0
+    foreign: int = 0
+    assumed: int = 0
+    held: int = 0  # bound pods accounted as filling what their node had left
+
+
+def is_ready(node: Mapping[str, Any]) -> bool:
+    status = node.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def pod_fields(obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
+    """(spec.schedulerName, spec.nodeName, status.phase, being deleted), read leniently."""
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    return (
+        str(spec.get("schedulerName") or "default-scheduler"),
+        str(spec.get("nodeName") or ""),
+        str(status.get("phase") or ""),
+        meta(obj).get("deletionTimestamp") is not None,
+    )
+
+
+class SnapshotBuilder:
+    """Builds snapshots; remembers conversions by (uid, resourceVersion) between sessions,
+    so a session reads only the objects that changed since the last one."""
+
+    def __init__(self, scheduler_name: str) -> None:
+        self.scheduler_name = scheduler_name
+        self._pods: dict[str, tuple[str, PodSpec | ConversionError]] = {}
+        self._nodes: dict[str, tuple[str, NodeInfo | ConversionError]] = {}
+
+    def _pod(self, obj: Mapping[str, Any]) -> PodSpec | ConversionError:
+        key, version = uid(obj) or object_key(obj), resource_version(obj)
+        known = self._pods.get(key)
+        if known is not None and known[0] == version and version:
+            return known[1]
+        try:
+            spec: PodSpec | ConversionError = pod_from_k8s(obj)
+        except ConversionError as exc:
+            spec = exc
+        self._pods[key] = (version, spec)
+        return spec
+
+    def _node(
+        self, obj: Mapping[str, Any], device: Mapping[str, Any] | None = None
+    ) -> NodeInfo | ConversionError:
+        key = object_key(obj)
+        version = resource_version(obj) + ("/" + resource_version(device) if device else "")
+        known = self._nodes.get(key)
+        if known is not None and known[0] == version and version:
+            return known[1]
+        try:
+            node: NodeInfo | ConversionError = node_from_k8s(obj, device)
+        except ConversionError as exc:
+            node = exc
+        self._nodes[key] = (version, node)
+        return node
+
+    def build(
+        self,
+        node_objs: Iterable[Mapping[str, Any]],
+        pod_objs: Iterable[Mapping[str, Any]],
+        assumed: Mapping[PodKey, Assumed],
+        devices: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Snapshot:
+        """``devices`` maps node names to their ``Device`` resources (UUIDs, health,
+        topology and the kubelet's checkpoint), for the nodes that have one."""
+        problems: list[Problem] = []
+        nodes = []
+        node_keys: set[str] = set()
+        for obj in sorted(node_objs, key=object_key):
+            if not is_ready(obj):
+                continue
+            node_keys.add(object_key(obj))
+            node = self._node(obj, (devices or {}).get(str(meta(obj).get("name"))))
+            if isinstance(node, ConversionError):
+                problems.append(
+                    Problem(obj, "InvalidNode", f"{node}; the node is not scheduled to")
+                )
+            else:
+                nodes.append(node)
+        snap = Snapshot(ClusterState(nodes), problems=problems)
+        ours: list[tuple[Mapping[str, Any], PodSpec, int]] = []
+        others: list[tuple[Mapping[str, Any], PodSpec | ConversionError, int]] = []
+        seen: set[str] = set()
+        for obj in sorted(pod_objs, key=_creation_order):
+            scheduler, node_name, phase, deleting = pod_fields(obj)
+            if phase in TERMINAL_PHASES:
+                continue
+            seen.add(uid(obj) or object_key(obj))
+            spec = self._pod(obj)
+            if isinstance(spec, PodSpec):
+                snap.specs.append(spec)
+            if node_name:
+                index = snap.state.index.get(NodeName(node_name))
+                if index is None:
+                    continue  # on a node that is not Ready (or not there): nothing to share
+                if scheduler == self.scheduler_name and isinstance(spec, PodSpec):
+                    ours.append((obj, spec, index))
+                else:
+                    others.append((obj, spec, index))
+            elif scheduler == self.scheduler_name and not deleting:
+                key = PodKey(object_key(obj))
+                entry = assumed.get(key)
+                if entry is not None and entry.uid == uid(obj):
+                    continue
+                if isinstance(spec, ConversionError):
+                    snap.unreadable.append((obj, spec))
+                else:
+                    snap.pending.append(PendingPod(obj, spec))
+        self._forget(seen, node_keys)
+        for obj, spec, index in ours:
+            self._account_ours(snap, obj, spec, index)
+        for obj, maybe, index in others:
+            if isinstance(maybe, ConversionError):
+                _hold(snap.state, PodKey(object_key(obj)), index)
+                snap.held += 1
+                problems.append(
+                    Problem(
+                        obj,
+                        "UnreadableBoundPod",
+                        (
+                            f"{maybe}; kgpu counts node {snap.state.nodes[index].name} as full while this pod runs there"
+                        ),
+                    )
+                )
+            else:
+                self._account_lowest(snap, maybe, index, obj)
+                snap.foreign += 1
+        for key, entry in sorted(assumed.items()):
+            index = snap.state.index.get(entry.node)
+            if index is None or key in snap.state.allocations:
+                continue
+            if _fits(snap.state, entry.spec, index, entry.gpus):
+                snap.state.allocate(entry.spec, index, entry.gpus)
+            else:
+                _hold(snap.state, key, index)
+                snap.held += 1
+            snap.assumed += 1
+        return snap
+
+    def _forget(self, pods: set[str], nodes: set[str]) -> None:
+        """Drop remembered conversions of objects that are gone, so memory stays bounded."""
+        for key in [k for k in self._pods if k not in pods]:
+            del self._pods[key]
+        for key in [k for k in self._nodes if k not in nodes]:
+            del self._nodes[key]
+
+    def _account_ours(
+        self, snap: Snapshot, obj: Mapping[str, Any], spec: PodSpec, index: int
+    ) -> None:
+        state = snap.state
+        text = _annotations(obj).get(ALLOCATION_ANNOTATION)
+        if not spec.gpu.wants_devices:
+            self._account_lowest(snap, spec, index, obj)
+            return
+        ref = object_ref("Pod", obj)
+        why = ""
+        if text is None:
+            why = f"{ref}: annotation {ALLOCATION_ANNOTATION} is missing"
+        else:
+            try:
+                found = parse(ref, text)
+            except ConversionError as exc:
+                why = str(exc)
+            else:
+                why = account_recorded(state, spec, index, found)
+                if not why:
+                    snap.from_annotations += 1
+                    return
+                why = f"{ref}: annotation {ALLOCATION_ANNOTATION} {why}"
+        where = self._account_lowest(snap, spec, index, obj)
+        snap.problems.append(Problem(obj, "InvalidDeviceAllocation", f"{why}; accounted {where}"))
+
+    @staticmethod
+    def _account_lowest(
+        snap: Snapshot, spec: PodSpec, index: int, obj: Mapping[str, Any] | None = None
+    ) -> str:
+        """Account a pod on the GPUs the kubelet's checkpoint names, else the lowest GPUs
+        with room; say where, for messages."""
+        state = snap.state
+        where = account_unrecorded(state, spec, index, uid(obj) if obj is not None else "")
+        if where is not None:
+            return where
+        hold_rest(state, spec.key, index)
+        snap.held += 1
+        return f"as filling what is left of {state.nodes[index].name}"
+
+
+def _creation_order(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(meta(obj).get("creationTimestamp") or ""), object_key(obj))
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = meta(obj).get("annotations")
+    return value if isinstance(value, Mapping) else {}
+
+
+def _fits(state: ClusterState, spec: PodSpec, index: int, gpus: Iterable[int]) -> bool:
+    """Would ``state.allocate`` accept this? (It raises on a misfit, which is for bugs.)"""
+    return not state.fits(spec, index, gpus)
+
+
+def _hold(state: ClusterState, key: PodKey, index: int) -> None:
+    """Reserve everything node ``index`` has left for pod ``key``."""
+    hold_rest(state, key, index)

@@ -1,0 +1,111 @@
+"""Kubernetes objects for the edge's tests, as the API server holds them (plain dicts)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+SCHEDULER = "kgpu-scheduler"
+
+
+def node_obj(
+    name: str,
+    gpus: int = 8,
+    product: str = "A100",
+    memory_mib: int = 81920,
+    cpu: str = "64",
+    labels: dict[str, str] | None = None,
+    ready: bool = True,
+) -> dict[str, Any]:
+    """A GPU node as GPU Feature Discovery and the device plugin describe it."""
+    allocatable = {"cpu": cpu, "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(gpus),
+                "nvidia.com/gpu.memory": str(memory_mib),
+                **(labels or {}),
+            },
+        },
+        "status": {
+            "capacity": allocatable,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def pod_obj(
+    name: str,
+    namespace: str = "default",
+    *,
+    gpus: int = 0,
+    fraction: str = "",
+    cpu: str = "1",
+    scheduler: str = SCHEDULER,
+    node: str = "",
+    annotations: dict[str, str] | None = None,
+    priority: int | None = None,
+) -> dict[str, Any]:
+    """A pod asking for ``gpus`` whole GPUs (``nvidia.com/gpu``) or a ``fraction`` of one."""
+    notes = dict(annotations or {})
+    if fraction:
+        notes["gpu-fraction"] = fraction
+    resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": "1Gi"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "main", "image": "example/train:1", "resources": resources}],
+    }
+    if node:
+        spec["nodeName"] = node
+    if priority is not None:
+        spec["priority"] = priority
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": notes},
+        "spec": spec,
+    }
+
+
+def allocation_of(pod: dict[str, Any]) -> tuple[str, list[int], int]:
+    """(node, GPU minors, milli per GPU) as the pod's kgpu.io/device-allocation records."""
+    text = pod["metadata"].get("annotations", {}).get("kgpu.io/device-allocation")
+    if text is None:
+        return pod["spec"].get("nodeName", ""), [], 0
+    gpus = json.loads(text)["gpu"]
+    milli = max(
+        (
+            g["resources"].get("kgpu.io/gpu-milli", 10 * g["resources"]["kubernetes.io/gpu-core"])
+            for g in gpus
+        ),
+        default=0,
+    )
+    return pod["spec"].get("nodeName", ""), [g["minor"] for g in gpus], milli
+
+
+def gpu_use(pods: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
+    """Milli held on each (node, minor) by the bound pods' annotations."""
+    use: dict[tuple[str, int], int] = {}
+    for pod in pods:
+        node, minors, milli = allocation_of(pod)
+        if node:
+            for minor in minors:
+                use[(node, minor)] = use.get((node, minor), 0) + milli
+    return use
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 10.0, every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true after {timeout}s: {check}")
+        time.sleep(every)

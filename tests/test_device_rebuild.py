@@ -1,0 +1,135 @@
+"""Requests no GPU can hold, refused without blocking anyone; and the state a restarted
+scheduler rebuilds from Kubernetes objects: annotations, the kubelet's checkpoint, the
+lowest free minors, and nodes held when nothing else is safe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kgpu.framework.status import Code
+from kgpu.kube.allocation import render_allocation
+from kgpu.kube.convert import node_from_k8s, pod_from_k8s
+from kgpu.kube.snapshot import SnapshotBuilder
+from kgpu.model.gpu import GpuRequest, gpu_share
+from kgpu.plugins.gpu_choice import DeviceChoice, GpuTightest
+from kgpu.sim.manifests import PodStatus, simulate_manifests
+from kgpu.state.cluster import ClusterState
+from tests.builders import make_node, make_pod
+from tests.kube_objects import SCHEDULER, node_obj, pod_obj
+from tests.session_harness import Snap, binds, pending
+
+TOO_LARGE = (
+    "GPU memory larger than any GPU: annotation gpu-memory asks 100000 MiB of one GPU, "
+    "expected at most 81920 MiB, the memory of the largest GPU in the cluster"
+)
+
+
+def test_a_memory_no_gpu_has_is_unresolvable_and_the_others_go_on() -> None:
+    snap = Snap([make_node("a").gpus(2, "A100", 81_920).build()])
+    big = pod_from_k8s(pod_obj("big", annotations={"gpu-memory": "100000"}))
+    assert big.gpu == GpuRequest(1, 0, memory_mib=100_000)
+    snap.pending(big)
+    snap.pending(pod_from_k8s(pod_obj("fits", annotations={"gpu-memory": "81920"})))
+    snap.pending(make_pod("after").share(500))
+    result = snap.run(plugins=("priority", "gang"))
+    assert sorted(binds(result)) == [("after", "a"), ("fits", "a")]
+    assert pending(result) == {"big": TOO_LARGE}
+    assert result.pending[0].status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+
+def test_a_malformed_request_never_blocks_the_others(tmp_path: Path) -> None:
+    bad = pod_obj("bad")
+    bad["spec"]["containers"][0]["resources"]["requests"]["kubernetes.io/gpu"] = "150"
+    good = pod_obj("good", fraction="0.5")
+    docs = [node_obj("a", gpus=1), bad, good]
+    (tmp_path / "all.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
+    run = simulate_manifests(tmp_path)
+    by_pod = {r.pod: r for r in run.results}
+    assert by_pod["default/good"].status is PodStatus.SCHEDULED
+    assert by_pod["default/bad"].status is PodStatus.PENDING
+    assert by_pod["default/bad"].message == (
+        "Pod default/bad: resource kubernetes.io/gpu is 150, expected a share of one GPU "
+        "below 100, or whole GPUs as a multiple of 100 (100 = one GPU)"
+    )
+
+
+def _bound(name: str, node: str, **kw: Any) -> dict[str, Any]:
+    return pod_obj(name, node=node, **kw)
+
+
+def test_rebuilding_from_annotations_equals_the_live_state() -> None:
+    """Pods placed live (a memory-sized share, a ratio, whole GPUs) write their annotations;
+    a fresh snapshot of the same objects has exactly the live arrays."""
+    nodes = [node_obj("a", gpus=4), node_obj("b", gpus=2)]
+    live = ClusterState([node_from_k8s(n) for n in nodes])
+    choice = DeviceChoice(GpuTightest())
+    objs = [
+        pod_obj("mem", annotations={"gpu-memory": "30000"}),
+        pod_obj("half", fraction="0.5"),
+        pod_obj("two", gpus=2),
+        pod_obj("ratio"),
+    ]
+    objs[3]["spec"]["containers"][0]["resources"]["requests"].update(
+        {"kubernetes.io/gpu-core": "30", "kubernetes.io/gpu-memory-ratio": "70"}
+    )
+    bound = []
+    for obj, node in zip(objs, (0, 0, 1, 0), strict=True):
+        spec = pod_from_k8s(obj)
+        alloc = live.allocate(spec, node, choice.choose_gpus(live, spec, node))
+        obj["metadata"]["annotations"].update(render_allocation(live, alloc))
+        obj["spec"]["nodeName"] = live.nodes[node].name
+        bound.append(obj)
+    snap = SnapshotBuilder(SCHEDULER).build(nodes, bound, {})
+    assert snap.from_annotations == 4 and snap.problems == []
+    for name in ("gpu_free", "gpu_mem_free", "gpu_odd", "cpu_free", "pods"):
+        assert np.array_equal(getattr(snap.state, name), getattr(live, name)), name
+    assert snap.state.allocations == live.allocations
+
+
+def _device(node: str, checkpoints: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "kind": "Device",
+        "metadata": {
+            "name": node,
+            "resourceVersion": "7",
+            "annotations": {"kgpu.io/devices-checkpoints": json.dumps(checkpoints)},
+        },
+        "spec": {"devices": [{"type": "gpu", "minor": g, "uuid": f"GPU-{g}"} for g in range(4)]},
+    }
+
+
+def test_a_foreign_pod_holds_the_gpus_its_checkpoint_names_else_the_lowest() -> None:
+    theirs = _bound("theirs", "a", gpus=2, scheduler="default-scheduler")
+    theirs["metadata"]["uid"] = "u-theirs"
+    other = _bound("other", "a", gpus=1, scheduler="default-scheduler")
+    checkpoint = [
+        {"podUID": "u-theirs", "resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-2", "GPU-3"]}
+    ]
+    snap = SnapshotBuilder(SCHEDULER).build(
+        [node_obj("a", gpus=4)], [theirs, other], {}, devices={"a": _device("a", checkpoint)}
+    )
+    assert snap.state.node_gpus_free(0) == [0, 1000, 0, 0]  # theirs on 2, 3; other lowest
+    assert snap.foreign == 2 and snap.held == 0
+
+
+def test_a_pod_that_does_not_fit_holds_what_is_left_of_gpu_memory_and_compute() -> None:
+    hog = _bound("hog", "a", annotations={"gpu-memory": "81920"}, scheduler="default-scheduler")
+    odd = _bound("odd", "a", scheduler="default-scheduler")
+    odd["spec"]["containers"][0]["resources"]["requests"].update(
+        {"kubernetes.io/gpu-core": "10", "kubernetes.io/gpu-memory": "40Gi"}
+    )
+    odd["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"
+    hog["metadata"]["creationTimestamp"] = "2025-01-01T00:00:01Z"
+    snap = SnapshotBuilder(SCHEDULER).build([node_obj("a", gpus=1)], [hog, odd], {})
+    state = snap.state
+    # odd holds 100 milli and 40960 MiB; hog (all 81920 MiB) no longer fits: it holds the rest.
+    assert snap.held == 1 and state.allocations[make_pod("odd").build().key].gpu_milli == 100
+    assert state.node_gpus_free(0) == [0] and state.node_gpus_memory_free(0) == [0]
+    state.check_invariants()
+    # Nothing is handed out on the held node, however small.
+    assert state.fits(make_pod("x").build(), 0) != ""
+    assert state.fits(make_pod("y").cpu(0).memory(0).request(gpu_share(1)).build(), 0, [0])

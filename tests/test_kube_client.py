@@ -1,0 +1,194 @@
+"""The client and the informer, over real HTTP against the API double."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kgpu.kube.client import KubeClient, Timeouts
+from kgpu.kube.errors import (
+    Conflict,
+    Expired,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    PermanentError,
+    TemporaryError,
+    Timeout,
+    Unavailable,
+)
+from kgpu.kube.informer import Informer
+from kgpu.kube.resources import NODES, PODS, QUEUES
+from tests.kube_double import KubeDouble
+from tests.kube_objects import node_obj, pod_obj, wait_until
+
+
+@pytest.fixture
+def double() -> Iterator[KubeDouble]:
+    with KubeDouble() as d:
+        yield d
+
+
+@pytest.fixture
+def client(double: KubeDouble, tmp_path: Path) -> Iterator[KubeClient]:
+    c = KubeClient.from_kubeconfig(
+        double.kubeconfig(tmp_path), timeouts=Timeouts(connect=1, request=0.5, watch_grace=1)
+    )
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "family"),
+    [
+        (409, Conflict, TemporaryError),
+        (429, Unavailable, TemporaryError),
+        (500, Unavailable, TemporaryError),
+        (503, Unavailable, TemporaryError),
+        (410, Expired, KubeError),
+        (404, NotFound, PermanentError),
+        (403, Forbidden, PermanentError),
+        (422, Invalid, PermanentError),
+    ],
+)
+def test_answers_become_our_errors(
+    double: KubeDouble, client: KubeClient, status: int, error: type, family: type
+) -> None:
+    double.fail("GET", "/nodes$", status)
+    with pytest.raises(error) as caught:
+        client.list(NODES)
+    assert isinstance(caught.value, family)
+    assert caught.value.status == status
+    assert client.list(NODES).items == []  # the fault was for one call only
+
+
+def test_a_slow_answer_is_bounded_by_the_timeout(double: KubeDouble, client: KubeClient) -> None:
+    double.slow("GET", "/nodes$", 3.0)
+    started = time.monotonic()
+    with pytest.raises(Timeout):
+        client.list(NODES)
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_refused_connection_is_temporary(tmp_path: Path) -> None:
+    with KubeDouble() as gone:
+        path = gone.kubeconfig(tmp_path)
+    client = KubeClient.from_kubeconfig(path, timeouts=Timeouts(connect=0.5, request=0.5))
+    with pytest.raises(Unavailable):
+        client.list(NODES)
+
+
+def test_merge_patch_preconditions_and_binding(double: KubeDouble, client: KubeClient) -> None:
+    pod = client.create(PODS, pod_obj("p"), "default")
+    uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
+    stale = {"metadata": {"resourceVersion": "1", "annotations": {"a": "b"}}}
+    with pytest.raises(Conflict):
+        client.patch(PODS, "p", stale, "default")
+    fresh = {"metadata": {"uid": uid, "resourceVersion": version, "annotations": {"a": "b"}}}
+    assert client.patch(PODS, "p", fresh, "default")["metadata"]["annotations"]["a"] == "b"
+    with pytest.raises(Conflict):
+        client.bind("default", "p", "another-uid", "n1")
+    client.bind("default", "p", uid, "n1")
+    with pytest.raises(Conflict):  # already bound
+        client.bind("default", "p", uid, "n2")
+    assert client.get(PODS, "p", "default")["spec"]["nodeName"] == "n1"
+
+
+def test_watch_sends_changes_and_bookmarks(double: KubeDouble, client: KubeClient) -> None:
+    start = client.list(NODES).resource_version
+    double.put(node_obj("n1"))
+    kinds = [event.type for event in client.watch(NODES, start, timeout_seconds=1)]
+    assert kinds[0] == "ADDED"
+    assert "BOOKMARK" in kinds
+
+
+# ---------------------------------------------------------------------------- informer
+
+
+def informer_of(client: KubeClient, resource: object = NODES, **kwargs: object) -> Informer:
+    informer = Informer(client, resource, watch_seconds=30, **kwargs)  # type: ignore[arg-type]
+    informer.start()
+    assert informer.synced.wait(5)
+    return informer
+
+
+def test_the_cache_follows_adds_updates_and_deletes(double: KubeDouble, client: KubeClient) -> None:
+    double.put(node_obj("n1"))
+    informer = informer_of(client)
+    try:
+        double.put(node_obj("n2"))
+        double.put(node_obj("n1", gpus=4))
+        double.remove("nodes", "n2")
+        wait_until(
+            lambda: (
+                [
+                    (n["metadata"]["name"], n["status"]["allocatable"]["nvidia.com/gpu"])
+                    for n in informer.items()
+                ]
+                == [("n1", "4")]
+            )
+        )
+    finally:
+        informer.stop()
+
+
+def test_a_dropped_watch_relists(double: KubeDouble, client: KubeClient) -> None:
+    double.put(node_obj("n1"))
+    double.put(node_obj("n2"))
+    informer = informer_of(client)
+    try:
+        double.wait_watches(1)
+        # Changes made while the informer is cut off must all show after it relists.
+        double.fail("GET", "/nodes$", 503, times=2)
+        double.drop_watches()
+        double.remove("nodes", "n1")
+        double.put(node_obj("n3"))
+        wait_until(lambda: sorted(n["metadata"]["name"] for n in informer.items()) == ["n2", "n3"])
+        log = [(r.method, r.path, r.status) for r in double.requests]
+        assert informer.lists >= 2, log
+        assert informer.watches >= 2, log
+    finally:
+        informer.stop()
+
+
+@pytest.mark.parametrize("in_stream", [True, False], ids=["410-in-stream", "410-http"])
+def test_410_gone_relists_from_scratch(tmp_path: Path, in_stream: bool) -> None:
+    with KubeDouble(gone_in_stream=in_stream) as double:
+        client = KubeClient.from_kubeconfig(double.kubeconfig(tmp_path))
+        double.put(node_obj("n1"))
+        informer = informer_of(client)
+        try:
+            double.wait_watches(1)
+            # Cut the watch; the informer relists and watches again, but that watch arrives
+            # late, after a node went and the history was compacted: it gets 410 Gone and
+            # the informer must list afresh to see the change.
+            double.slow("GET", "/nodes$", 0.5, query="watch=true")
+            double.drop_watches()
+            wait_until(lambda: informer.lists >= 2)
+            double.remove("nodes", "n1")
+            double.put(node_obj("n2"))
+            double.compact()
+            wait_until(lambda: [n["metadata"]["name"] for n in informer.items()] == ["n2"])
+            assert informer.lists >= 3
+            gone = [r for r in double.requests if r.status == 410]
+            assert gone or in_stream
+        finally:
+            informer.stop()
+            client.close()
+
+
+def test_a_missing_crd_leaves_an_empty_synced_cache(double: KubeDouble, client: KubeClient) -> None:
+    informer = Informer(client, QUEUES, optional=True, absent_retry=0.2).start()
+    try:
+        assert informer.synced.wait(5)
+        assert informer.absent and informer.items() == []
+        double.install_crds()
+        double.put({"apiVersion": "kgpu.io/v1alpha1", "kind": "Queue", "metadata": {"name": "q"}})
+        wait_until(lambda: len(informer) == 1)
+        assert not informer.absent
+    finally:
+        informer.stop()

@@ -1,0 +1,266 @@
+"""The live scheduler (``kgpu run``'s parts) over real HTTP against the API double, with the
+double failing on purpose: nothing lost, nothing allocated twice."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kgpu.kube.client import Timeouts
+from kgpu.kube.leader import LeaseTiming
+from kgpu.kube.loop import LoopConfig
+from kgpu.kube.run import RunningScheduler, RunOptions
+from tests.kube_double import KubeDouble
+from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, wait_until
+
+BINDING = r"/pods/[^/]+/binding$"
+
+
+@pytest.fixture
+def double() -> Iterator[KubeDouble]:
+    with KubeDouble() as d:
+        yield d
+
+
+Start = Callable[..., RunningScheduler]
+
+
+@pytest.fixture
+def start(double: KubeDouble, tmp_path: Path) -> Iterator[Start]:
+    """Start schedulers against the double with short timings; all stopped at the end."""
+    running: list[RunningScheduler] = []
+
+    def make(identity: str = "s1", **overrides: object) -> RunningScheduler:
+        options = RunOptions(
+            kubeconfig=double.kubeconfig(tmp_path),
+            metrics_port=0,
+            metrics_host="127.0.0.1",
+            identity=identity,
+            lease=LeaseTiming(lease_duration=1.5, renew_deadline=1.0, retry_period=0.2),
+            timeouts=Timeouts(connect=1.0, request=0.5, watch=30, watch_grace=2.0),
+            loop=LoopConfig(
+                backoff_initial=0.2,
+                backoff_max=1.0,
+                unschedulable_retry=0.5,
+                uncertain_grace=10.0,
+                idle_wait=0.05,
+            ),
+        )
+        scheduler = RunningScheduler(dataclasses.replace(options, **overrides)).start()
+        running.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in running:
+        scheduler.stop()
+
+
+def bound(double: KubeDouble) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in double.objects("pods")
+        if p["spec"].get("nodeName")
+    }
+
+
+def events(double: KubeDouble, reason: str) -> list[str]:
+    return [
+        f"{e['involvedObject']['name']}: {e['message']}"
+        for e in double.objects("events")
+        if e["reason"] == reason
+    ]
+
+
+def binding_requests(double: KubeDouble) -> list[tuple[str, int]]:
+    return [
+        (r.path.split("/")[-2], r.status) for r in double.requests if r.path.endswith("/binding")
+    ]
+
+
+def assert_within_capacity(double: KubeDouble, gpus_per_node: int) -> None:
+    use = gpu_use(double.objects("pods"))
+    assert all(milli <= 1000 for milli in use.values()), use
+    assert all(minor < gpus_per_node for _, minor in use)
+
+
+# ---------------------------------------------------------------------------- the happy path
+
+
+def test_schedules_whole_and_shared_gpu_pods(double: KubeDouble, start: Start) -> None:
+    double.put(node_obj("n1", gpus=2))
+    for name, kwargs in [("whole", {"gpus": 1}), ("half-a", {"fraction": "0.5"}),
+                         ("half-b", {"fraction": "0.5"}), ("too-big", {"gpus": 4})]:  # fmt: skip
+        double.put(pod_obj(name, **kwargs))  # type: ignore[arg-type]
+    scheduler = start()
+    wait_until(lambda: len(bound(double)) == 3)
+    pods = {p["metadata"]["name"]: p for p in double.objects("pods")}
+    assert allocation_of(pods["whole"])[1:] == ([0], 1000)
+    assert allocation_of(pods["half-a"])[1:] == ([1], 500) == allocation_of(pods["half-b"])[1:]
+    assert pods["whole"]["metadata"]["annotations"]["kgpu.io/visible-devices"] == "0"
+    wait_until(lambda: len(events(double, "Scheduled")) == 3)
+    wait_until(lambda: len(events(double, "FailedScheduling")) == 1)
+    assert events(double, "FailedScheduling") == [
+        "too-big: 0/1 nodes are available: 1 insufficient GPU."
+    ]
+    with urllib.request.urlopen(f"http://127.0.0.1:{scheduler.port}/metrics") as answer:
+        text = answer.read().decode()
+    assert 'kgpu_schedule_attempts_total{result="scheduled"} 3.0' in text
+    assert 'kgpu_pending_pods{reason="InsufficientGPU"} 1.0' in text
+    assert "kgpu_session_duration_seconds_count" in text
+    assert "kgpu_pod_scheduling_duration_seconds_count 3.0" in text
+    with urllib.request.urlopen(f"http://127.0.0.1:{scheduler.port}/readyz") as answer:
+        assert answer.status == 200
+
+
+def test_pods_of_other_schedulers_use_their_gpus(double: KubeDouble, start: Start) -> None:
+    double.put(node_obj("n1", gpus=2))
+    double.put(pod_obj("theirs", gpus=1, scheduler="default-scheduler", node="n1"))
+    double.put(pod_obj("waiting", gpus=1, scheduler="default-scheduler"))  # not ours
+    double.put(pod_obj("a", gpus=1))
+    double.put(pod_obj("b", gpus=1))
+    start()
+    wait_until(lambda: len(events(double, "FailedScheduling")) == 1)
+    wait_until(lambda: set(bound(double)) == {"theirs", "a"})
+    assert allocation_of(double.get("pods", "a", "default") or {})[1] == [1]  # GPU 0 is theirs
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+@pytest.mark.parametrize("status", [409, 500])
+def test_a_failed_bind_releases_and_retries(double: KubeDouble, start: Start, status: int) -> None:
+    double.put(node_obj("n1", gpus=1))
+    double.put(pod_obj("a", gpus=1))
+    double.fail("POST", BINDING, status)
+    start()
+    wait_until(lambda: bound(double) == {"a": "n1"})
+    assert binding_requests(double) == [("a", status), ("a", 201)]
+    assert any("Binding rejected" in e for e in events(double, "FailedScheduling"))
+    assert allocation_of(double.get("pods", "a", "default") or {})[1] == [0]
+
+
+def test_a_released_gpu_goes_to_one_pod_only(double: KubeDouble, start: Start) -> None:
+    """Two pods want the only GPU; the first bind fails with 500. Whatever the order of the
+    retries, exactly one pod ends up with the GPU."""
+    double.put(node_obj("n1", gpus=1))
+    double.put(pod_obj("a", gpus=1))
+    double.put(pod_obj("b", gpus=1))
+    double.fail("POST", BINDING, 500)
+    start()
+    wait_until(lambda: len(bound(double)) == 1)
+    wait_until(lambda: len(events(double, "FailedScheduling")) >= 2)
+    assert len(bound(double)) == 1
+    assert [s for _, s in binding_requests(double)].count(201) == 1
+    assert_within_capacity(double, 1)
+
+
+def test_a_slow_bind_keeps_its_reservation(double: KubeDouble, start: Start) -> None:
+    """The Binding answers after the client's timeout (and takes effect then): the outcome
+    is unknown, so the GPU stays reserved and the second pod does not get it meanwhile."""
+    double.put(node_obj("n1", gpus=1))
+    double.put(pod_obj("a", gpus=1))
+    double.slow("POST", BINDING, 1.5)
+    scheduler = start()
+    wait_until(lambda: "default/a" in scheduler.loop.assumed())
+    double.put(pod_obj("b", gpus=1))
+    wait_until(lambda: bound(double) == {"a": "n1"})
+    wait_until(lambda: any(e.startswith("b:") for e in events(double, "FailedScheduling")))
+    assert bound(double) == {"a": "n1"}
+    assert [s for _, s in binding_requests(double)].count(201) <= 1
+    assert_within_capacity(double, 1)
+
+
+def test_a_pod_deleted_mid_cycle_is_released(double: KubeDouble, start: Start) -> None:
+    double.put(node_obj("n1", gpus=1))
+    double.put(pod_obj("a", gpus=1))
+    double.put(pod_obj("b", gpus=1))
+    # The pod goes just as its PreBind patch arrives: 404, and its GPU is free again.
+    double.before("PATCH", "/pods/a$", lambda: double.remove("pods", "a", "default"))
+    start()
+    wait_until(lambda: bound(double) == {"b": "n1"})
+    assert double.get("pods", "a", "default") is None
+    assert allocation_of(double.get("pods", "b", "default") or {})[1] == [0]
+
+
+def test_a_restart_rebuilds_allocations_from_annotations(double: KubeDouble, start: Start) -> None:
+    double.put(node_obj("n1", gpus=2))
+    first = start("first")
+    double.put(pod_obj("a", gpus=1))
+    wait_until(lambda: bound(double) == {"a": "n1"})
+    first.stop()
+    # A pod of ours bound on GPU 1, as its annotation says; the lowest free GPU would be 0.
+    double.put(node_obj("n2", gpus=2))
+    note = {
+        "kgpu.io/device-allocation": '{"gpu":[{"minor":1,"resources":{"kubernetes.io/gpu-core":100}}]}'
+    }
+    double.put(pod_obj("old", gpus=1, node="n2", annotations=note))
+    for name in ("b", "c"):
+        double.put(pod_obj(name, gpus=1))
+    start("second")
+    wait_until(lambda: len(bound(double)) == 4)
+    use = gpu_use(double.objects("pods"))
+    assert sorted(use) == [("n1", 0), ("n1", 1), ("n2", 0), ("n2", 1)]
+    assert_within_capacity(double, 2)
+    assert allocation_of(double.get("pods", "c", "default") or {})[:2] == ("n2", [0])
+    double.put(pod_obj("e", gpus=1))
+    wait_until(lambda: any(e.startswith("e:") for e in events(double, "FailedScheduling")))
+
+
+def test_a_malformed_annotation_warns_and_counts_once(double: KubeDouble, start: Start) -> None:
+    double.put(node_obj("n1", gpus=2))
+    note = {"kgpu.io/device-allocation": "GPU 0 please"}
+    double.put(pod_obj("odd", gpus=1, node="n1", annotations=note))
+    double.put(pod_obj("a", gpus=1))
+    double.put(pod_obj("b", gpus=1))
+    start()
+    wait_until(lambda: len(bound(double)) == 2)
+    wait_until(lambda: len(events(double, "FailedScheduling")) == 1)
+    warnings = events(double, "InvalidDeviceAllocation")
+    assert len(warnings) == 1
+    assert 'annotation kgpu.io/device-allocation is "GPU 0 please", expected JSON' in warnings[0]
+    assert "accounted on GPUs 0 of n1" in warnings[0]
+    assert allocation_of(double.get("pods", "a", "default") or {})[1] == [1]
+
+
+def test_only_the_leader_binds(double: KubeDouble, start: Start) -> None:
+    double.put(node_obj("n1", gpus=8))
+    one = start("one")
+    wait_until(lambda: one.elector is not None and one.elector.is_leader())
+    two = start("two")
+    assert two.elector is not None
+    wait_until(two.elector.status_known.is_set)
+    for i in range(4):
+        double.put(pod_obj(f"p{i}", gpus=1))
+    wait_until(lambda: len(bound(double)) == 4)
+    agents = {r.agent for r in double.requests if r.path.endswith("/binding")}
+    assert agents == {"kgpu-scheduler/one"}
+    assert not two.elector.is_leader()
+    one.stop()  # gives the lease up: the standby takes over
+    wait_until(two.elector.is_leader)
+    since = len(double.requests)
+    for i in range(4, 6):
+        double.put(pod_obj(f"p{i}", gpus=1))
+    wait_until(lambda: len(bound(double)) == 6)
+    late = {r.agent for r in double.requests[since:] if r.path.endswith("/binding")}
+    assert late == {"kgpu-scheduler/two"}
+    assert_within_capacity(double, 8)
+
+
+def test_a_leader_cut_off_stops_binding(double: KubeDouble, start: Start) -> None:
+    """While lease renewals fail, the leader's term runs out before anyone else's can
+    begin; it binds nothing after that."""
+    double.put(node_obj("n1", gpus=8))
+    one = start("one")
+    assert one.elector is not None
+    wait_until(one.elector.is_leader)
+    double.fail("*", "/leases/", 503, times=None)
+    wait_until(lambda: not one.elector.is_leader(), timeout=3)
+    double.put(pod_obj("p", gpus=1))
+    time.sleep(0.5)
+    assert bound(double) == {}
+    assert binding_requests(double) == []

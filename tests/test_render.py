@@ -1,0 +1,524 @@
+"""``kgpu manifests``: every rendered object is valid Kubernetes, the CRDs are structural, and
+their schemas accept good custom resources and reject malformed ones, naming the field."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+from cryptography import x509
+
+from kgpu.cli import main
+from kgpu.kube.certs import generate_tls, service_dns_names
+from kgpu.kube.crds import custom_resource_definitions
+from kgpu.kube.render import InstallOptions, RenderError, render_objects, to_yaml
+
+# kubernetes-validate ships schemas from 1.25 on; the objects use no API that changed
+# between 1.20 (the e2e server) and 1.25, and the e2e test creates them on 1.20 itself.
+K8S_VERSION = "1.25.0"
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def install() -> list[Obj]:
+    return render_objects(InstallOptions())
+
+
+def by_kind(objects: list[Obj], kind: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+# ---------------------------------------------------------------------------- Kubernetes schemas
+
+
+def test_every_object_is_valid_kubernetes_in_strict_mode(install: list[Obj]) -> None:
+    for obj in install:
+        # strict: an unknown field (a typo) fails too, not only a wrong type
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_strict_validation_catches_a_typo(install: list[Obj]) -> None:
+    config = copy.deepcopy(by_kind(install, "ValidatingWebhookConfiguration")[0])
+    config["webhooks"][0]["sideEffect"] = "None"
+    with pytest.raises(kubernetes_validate.ValidationError, match="sideEffect"):
+        kubernetes_validate.validate(config, K8S_VERSION, strict=True)
+
+
+def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> None:
+    kinds = [o["kind"] for o in install]
+    assert kinds == [
+        "Namespace",
+        *["CustomResourceDefinition"] * 4,
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+        "Secret",
+        "Service",
+        "Deployment",
+        "ValidatingWebhookConfiguration",
+    ]
+
+
+def test_yaml_round_trips_without_anchors(install: list[Obj]) -> None:
+    text = to_yaml(install, "# header\n")
+    assert text.startswith("# header\n---\n")
+    assert "&id" not in text and "*id" not in text
+    assert list(yaml.safe_load_all(text)) == install
+
+
+def test_options_reach_every_object() -> None:
+    opts = InstallOptions(
+        namespace="gpu-sched", image="example.com/kgpu:dev", scheduler_name="team-sched"
+    )
+    objects = render_objects(opts)
+    for obj in objects:
+        if "namespace" in obj["metadata"]:
+            assert obj["metadata"]["namespace"] == "gpu-sched"
+        if obj["kind"] != "CustomResourceDefinition":
+            assert obj["metadata"]["name"].startswith(("team-sched", "gpu-sched"))
+    deployments = by_kind(objects, "Deployment")
+    assert {
+        c["image"] for d in deployments for c in d["spec"]["template"]["spec"]["containers"]
+    } == {"example.com/kgpu:dev"}
+    scheduler = deployments[0]["spec"]["template"]["spec"]["containers"][0]
+    assert "--scheduler-name=team-sched" in scheduler["args"]
+    assert "--namespace-for-lease=gpu-sched" in scheduler["args"]
+    service = by_kind(objects, "ValidatingWebhookConfiguration")[0]["webhooks"][0]["clientConfig"]
+    assert service["service"] == {
+        "namespace": "gpu-sched",
+        "name": "team-sched-webhook",
+        "path": "/validate",
+        "port": 443,
+    }
+
+
+def test_without_webhook_and_crds_only() -> None:
+    kinds = {o["kind"] for o in render_objects(InstallOptions(webhook=False))}
+    assert "ValidatingWebhookConfiguration" not in kinds and "Secret" not in kinds
+    assert len(by_kind(render_objects(InstallOptions(webhook=False)), "Deployment")) == 1
+    crds = render_objects(InstallOptions(crds_only=True))
+    assert [c["metadata"]["name"] for c in crds] == [
+        "queues.kgpu.io",
+        "podgroups.kgpu.io",
+        "devices.kgpu.io",
+        "workspaces.kgpu.io",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        (InstallOptions(namespace="KGPU"), '--namespace is "KGPU", expected lower-case letters'),
+        (InstallOptions(scheduler_name="a" * 60), "at most 55 characters"),
+        (InstallOptions(image="bad image"), '--image is "bad image", expected an image reference'),
+        (InstallOptions(replicas=0), "--replicas is 0, expected at least 1"),
+        (InstallOptions(failure_policy="Maybe"), "expected Ignore or Fail"),
+    ],
+)
+def test_bad_options_are_refused(opts: InstallOptions, message: str) -> None:
+    with pytest.raises(RenderError, match=message):
+        render_objects(opts)
+
+
+def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
+    rules = {
+        (tuple(r["apiGroups"]), tuple(r["resources"])): tuple(r["verbs"])
+        for r in by_kind(install, "ClusterRole")[0]["rules"]
+    }
+    crs = ("queues", "podgroups", "devices", "workspaces")
+    assert rules == {
+        (("",), ("pods",)): ("get", "list", "watch", "patch"),
+        (("",), ("pods/binding",)): ("create",),
+        (("",), ("nodes",)): ("get", "list", "watch"),
+        (("",), ("events",)): ("create", "patch"),
+        (("kgpu.io",), crs): ("get", "list", "watch"),
+        (("kgpu.io",), ("queues/status", "podgroups/status", "workspaces/status")): (
+            "update",
+            "patch",
+        ),
+    }
+    lease = by_kind(install, "Role")[0]
+    assert lease["metadata"]["namespace"] == "kgpu-system"
+    assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "update"],
+            "resourceNames": ["kgpu-scheduler"],
+        },
+    ]
+    for kind in ("ClusterRole", "Role"):
+        for rule in by_kind(install, kind)[0]["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+
+
+def test_scheduler_deployment_has_probes_metrics_and_leader_election(install: list[Obj]) -> None:
+    deployment = by_kind(install, "Deployment")[0]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:3] == ["run", "--scheduler-name=kgpu-scheduler", "--leader-elect"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 10251, "protocol": "TCP"}]
+    metrics = by_kind(install, "Service")[0]
+    assert metrics["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
+
+
+@pytest.mark.parametrize("component", [0, 1], ids=["scheduler", "webhook"])
+def test_containers_run_flags_the_kgpu_command_has(install: list[Obj], component: int) -> None:
+    """The Deployments' command lines against the CLI itself, so the two cannot drift."""
+    import click
+
+    args = by_kind(install, "Deployment")[component]["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    command = main.commands[args[0]]
+    flags = {
+        flag
+        for p in command.params
+        if isinstance(p, click.Option)
+        for flag in p.opts + p.secondary_opts
+    }
+    assert {a.split("=", 1)[0] for a in args[1:]} <= flags
+    if args[0] == "run":  # nothing there must exist on this machine: parse it for real
+        params = command.make_context("run", args[1:]).params
+        assert params["leader_elect"] is True
+        assert params["namespace_for_lease"] == "kgpu-system"
+        assert params["metrics_port"] == 10251
+
+
+def test_webhook_certificate_is_signed_by_the_ca_bundle(install: list[Obj]) -> None:
+    import base64
+
+    secret = by_kind(install, "Secret")[0]
+    config = by_kind(install, "ValidatingWebhookConfiguration")[0]
+    ca = x509.load_pem_x509_certificate(
+        base64.b64decode(config["webhooks"][0]["clientConfig"]["caBundle"])
+    )
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == service_dns_names(
+        "kgpu-scheduler-webhook", "kgpu-system"
+    )
+    assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {secret["data"]["ca.crt"]}
+    # the webhook pods restart when the certificate changes
+    template = by_kind(install, "Deployment")[1]["spec"]["template"]
+    assert template["metadata"]["annotations"]["kgpu.io/tls-sha256"]
+    assert template["spec"]["volumes"][0]["secret"]["secretName"] == secret["metadata"]["name"]
+
+
+def test_webhook_rules(install: list[Obj]) -> None:
+    config = by_kind(install, "ValidatingWebhookConfiguration")[0]
+    rules = {
+        w["name"]: [
+            (r["apiGroups"][0], tuple(r["operations"]), r["resources"][0]) for r in w["rules"]
+        ]
+        for w in config["webhooks"]
+    }
+    assert rules == {
+        # CREATE only: the scheduler's own annotation patch is an UPDATE of every pod it binds
+        "pods.kgpu.io": [("", ("CREATE",), "pods")],
+        "queues.kgpu.io": [
+            ("kgpu.io", ("CREATE", "UPDATE"), "queues"),
+            ("scheduling.volcano.sh", ("CREATE", "UPDATE"), "queues"),
+        ],
+        "podgroups.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "podgroups")],
+    }
+    for hook in config["webhooks"]:
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+    # The install's own namespace is skipped, so the webhook's pods can always start.
+    skip = config["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]
+    assert by_kind(install, "Namespace")[0]["metadata"]["labels"][skip["key"]] in skip["values"]
+    assert skip["operator"] == "NotIn"
+    strict = render_objects(InstallOptions(failure_policy="Fail"))
+    hooks = by_kind(strict, "ValidatingWebhookConfiguration")[0]["webhooks"]
+    assert {w["failurePolicy"] for w in hooks} == {"Fail"}
+
+
+def test_each_render_makes_a_new_certificate() -> None:
+    first, second = (generate_tls(["svc"]) for _ in range(2))
+    assert first.ca_pem != second.ca_pem and first.key_pem != second.key_pem
+
+
+def test_cli_renders_crds_only_and_refuses_bad_flags() -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["manifests", "--crds-only"])
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.output))
+    assert [d["kind"] for d in docs] == ["CustomResourceDefinition"] * 4
+    result = runner.invoke(main, ["manifests", "--no-webhook", "--namespace", "Bad_NS"])
+    assert result.exit_code == 1
+    assert '--namespace is "Bad_NS"' in result.output
+
+
+# ---------------------------------------------------------------------------- structural CRDs
+
+JUNCTORS = ("anyOf", "allOf", "oneOf", "not")
+INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
+
+
+def structural_problems(schema: Obj, path: str = "", nested: bool = False) -> list[str]:
+    """The structural-schema rules of apiextensions.k8s.io/v1, as far as kgpu's CRDs use them:
+    every field typed (or int-or-string), no properties beside additionalProperties, and
+    inside anyOf/allOf/oneOf/not no type, default, description, additionalProperties or
+    nullable, save the exact int-or-string anyOf."""
+    problems = []
+    int_or_string = schema.get("x-kubernetes-int-or-string", False)
+    if nested:
+        problems += [
+            f"{path}: {k} inside a junctor"
+            for k in ("type", "default", "description", "additionalProperties", "nullable")
+            if k in schema
+        ]
+    elif "type" not in schema and not int_or_string:
+        problems.append(f"{path or '<root>'}: no type")
+    if int_or_string and "type" in schema:
+        problems.append(f"{path}: type beside x-kubernetes-int-or-string")
+    if "properties" in schema and "additionalProperties" in schema:
+        problems.append(f"{path}: properties and additionalProperties")
+    for junctor in JUNCTORS:
+        subs = schema.get(junctor, [])
+        subs = [subs] if isinstance(subs, dict) else subs
+        if int_or_string and junctor == "anyOf" and subs == INT_OR_STRING:
+            continue
+        for i, sub in enumerate(subs):
+            problems += structural_problems(sub, f"{path}.{junctor}[{i}]", nested=True)
+    for name, sub in schema.get("properties", {}).items():
+        problems += structural_problems(sub, f"{path}.{name}", nested)
+    if isinstance(schema.get("additionalProperties"), dict):
+        problems += structural_problems(schema["additionalProperties"], f"{path}.*", nested)
+    if "items" in schema:
+        items = schema["items"]
+        problems += structural_problems(items, f"{path}[]", nested)
+        for key in schema.get("x-kubernetes-list-map-keys", []):
+            if key not in items.get("required", []):
+                problems.append(f"{path}: list-map key {key} is not required")
+    return problems
+
+
+def schema_of(kind: str) -> Obj:
+    crd = next(c for c in custom_resource_definitions() if c["spec"]["names"]["kind"] == kind)
+    schema: Obj = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@pytest.mark.parametrize("kind", ["Queue", "PodGroup", "Device", "Workspace"])
+def test_crd_schemas_are_structural(kind: str) -> None:
+    schema = schema_of(kind)
+    assert structural_problems(schema) == []
+    assert schema["properties"]["metadata"] == {"type": "object"}  # only name may be restricted
+
+
+def test_the_structural_checker_finds_what_the_api_server_refuses() -> None:
+    bad = {
+        "type": "object",
+        "properties": {
+            "a": {"description": "untyped"},
+            "b": {"type": "object", "anyOf": [{"type": "string"}]},
+        },
+    }
+    assert structural_problems(bad) == [".a: no type", ".b.anyOf[0]: type inside a junctor"]
+
+
+# ---------------------------------------------------------------------------- custom resources
+
+
+def queue() -> Obj:
+    return {
+        "apiVersion": "kgpu.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": "team-a", "annotations": {"volcano.sh/card.quota": '{"A100": 8}'}},
+        "spec": {
+            "parent": "research",
+            "priority": 100,
+            "overQuotaWeight": 2.5,
+            "deserved": {"cpu": "100", "memory": "1Ti", "nvidia.com/gpu": 8},
+            "limit": {"nvidia.com/gpu": "16"},
+            "cards": {"NVIDIA-A100-SXM4-80GB": {"deserved": 8, "limit": 16}},
+            "cardUnlimitedCpuMemory": True,
+        },
+        "status": {
+            "allocated": {"nvidia.com/gpu": 4},
+            "fairShare": {"nvidia.com/gpu": "6500m"},
+            "cards": {
+                "NVIDIA-A100-SXM4-80GB": {
+                    "deserved": 8,
+                    "allocated": 4,
+                    "request": 10,
+                    "capacity": 64,
+                }
+            },
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Reconciled",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        },
+    }
+
+
+def podgroup() -> Obj:
+    return {
+        "apiVersion": "kgpu.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "research"},
+        "spec": {"minMember": 4, "maxMember": 8, "queue": "team-a", "priorityClassName": "high"},
+        "status": {"phase": "Running", "running": 4},
+    }
+
+
+def device() -> Obj:
+    return {
+        "apiVersion": "kgpu.io/v1alpha1",
+        "kind": "Device",
+        "metadata": {"name": "gpu-a100-0"},
+        "spec": {
+            "devices": [
+                {
+                    "uuid": "GPU-4b6d2c9e-0000",
+                    "minor": 0,
+                    "type": "gpu",
+                    "health": True,
+                    "resources": {
+                        "kubernetes.io/gpu-core": "100",
+                        "kubernetes.io/gpu-memory": "80Gi",
+                    },
+                    "topology": {
+                        "socketID": 0,
+                        "nodeID": 0,
+                        "busID": "0000:3b:00.0",
+                        "nvlinkPeers": [1, 2],
+                    },
+                },
+                {"uuid": "mlx5_0", "minor": 0, "type": "rdma", "health": True},
+            ]
+        },
+    }
+
+
+def workspace() -> Obj:
+    return {
+        "apiVersion": "kgpu.io/v1alpha1",
+        "kind": "Workspace",
+        "metadata": {"name": "falcon", "namespace": "serving"},
+        "resource": {
+            "instanceType": "Standard_NC96ads_A100_v4",
+            "labelSelector": {
+                "matchLabels": {"apps": "falcon"},
+                "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}],
+            },
+        },
+        "inference": {"replicas": 2, "preset": {"name": "falcon-7b"}},
+    }
+
+
+SAMPLES: dict[str, Callable[[], Obj]] = {
+    "Queue": queue,
+    "PodGroup": podgroup,
+    "Device": device,
+    "Workspace": workspace,
+}
+
+
+def errors(kind: str, obj: Obj) -> list[tuple[str, str]]:
+    """(field path, message) of every schema violation, as the API server would list them."""
+    validator = jsonschema.Draft4Validator(schema_of(kind))
+    return sorted(
+        (".".join(str(p) for p in e.absolute_path), e.message) for e in validator.iter_errors(obj)
+    )
+
+
+@pytest.mark.parametrize("kind", SAMPLES)
+def test_sample_resources_are_valid(kind: str) -> None:
+    assert errors(kind, SAMPLES[kind]()) == []
+
+
+def test_workspace_may_give_gpu_memory_instead_of_a_preset() -> None:
+    ws = workspace()
+    ws["inference"] = {"replicas": 1, "gpuMemoryPerReplica": "80Gi"}
+    del ws["resource"]["instanceType"]  # optional: use the nodes there are
+    assert errors("Workspace", ws) == []
+
+
+def _set(obj: Obj, path: tuple[str | int, ...], value: Any) -> None:
+    """Set (or with value ``...``, delete) the field at ``path``."""
+    *parents, last = path
+    node: Any = obj
+    for key in parents:
+        node = node[key]
+    if value is ...:
+        del node[last]
+    else:
+        node[last] = value
+
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+# One malformed field per case: (kind, path, value or ... to delete, field named, message)
+# fmt: off
+MALFORMED = [
+    ("Queue", ("spec", "overQuotaWeight"), -1, "spec.overQuotaWeight", "less than the minimum of 0"),
+    ("Queue", ("spec", "overQuotaWeight"), "heavy", "spec.overQuotaWeight", "is not of type 'number'"),
+    ("Queue", ("spec", "deserved", "cpu"), "lots", "spec.deserved.cpu", "'lots' does not match"),
+    ("Queue", ("spec", "deserved", "memory"), -5, "spec.deserved.memory", "less than the minimum of 0"),
+    ("Queue", ("spec", "limit", "nvidia.com/gpu"), "-1", "spec.limit.nvidia.com/gpu", "does not match"),
+    ("Queue", ("spec", "priority"), "high", "spec.priority", "is not of type 'integer'"),
+    ("Queue", ("spec", "parent"), "Team_A", "spec.parent", "'Team_A' does not match"),
+    ("Queue", ("spec", "cards", A100, "deserved"), "8", f"spec.cards.{A100}.deserved", "is not of type 'integer'"),
+    ("Queue", ("spec", "cards", A100, "limit"), -1, f"spec.cards.{A100}.limit", "less than the minimum of 0"),
+    ("Queue", ("spec",), ..., "", "'spec' is a required property"),
+    ("Queue", ("status", "conditions", 0, "status"), "Yes", "status.conditions.0.status", "is not one of ['True', 'False', 'Unknown']"),
+    ("PodGroup", ("spec", "minMember"), 0, "spec.minMember", "less than the minimum of 1"),
+    ("PodGroup", ("spec", "minMember"), ..., "spec", "'minMember' is a required property"),
+    ("PodGroup", ("spec", "maxMember"), "8", "spec.maxMember", "is not of type 'integer'"),
+    ("PodGroup", ("status", "phase"), "Sleeping", "status.phase", "'Sleeping' is not one of"),
+    ("Device", ("spec", "devices", 0, "type"), "tpu", "spec.devices.0.type", "is not one of ['gpu', 'rdma', 'fpga']"),
+    ("Device", ("spec", "devices", 0, "minor"), -1, "spec.devices.0.minor", "less than the minimum of 0"),
+    ("Device", ("spec", "devices", 0, "health"), "yes", "spec.devices.0.health", "is not of type 'boolean'"),
+    ("Device", ("spec", "devices", 0, "resources", "kubernetes.io/gpu-core"), "all", "spec.devices.0.resources.kubernetes.io/gpu-core", "'all' does not match"),
+    ("Device", ("spec", "devices", 1, "minor"), ..., "spec.devices.1", "'minor' is a required property"),
+    ("Device", ("spec", "devices", 0, "topology", "nvlinkPeers"), [1, "x"], "spec.devices.0.topology.nvlinkPeers.1", "is not of type 'integer'"),
+    ("Workspace", ("resource", "labelSelector"), ..., "resource", "'labelSelector' is a required property"),
+    ("Workspace", ("resource", "instanceType"), 5, "resource.instanceType", "is not of type 'string'"),
+    ("Workspace", ("resource", "labelSelector", "matchExpressions", 0, "operator"), "Like", "resource.labelSelector.matchExpressions.0.operator", "'Like' is not one of"),
+    ("Workspace", ("inference", "replicas"), 0, "inference.replicas", "less than the minimum of 1"),
+    ("Workspace", ("inference", "preset"), ..., "inference", "is not valid under any of the given schemas"),
+    ("Workspace", ("inference", "preset", "name"), "", "inference.preset.name", "should be non-empty"),
+    ("Workspace", ("inference",), ..., "", "'inference' is a required property"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(
+    ("kind", "where", "value", "field", "message"),
+    MALFORMED,
+    ids=[f"{m[0]}:{m[3] or m[1][-1]}={m[2]!r}" for m in MALFORMED],
+)
+def test_malformed_resources_fail_naming_the_field(
+    kind: str, where: tuple[str | int, ...], value: Any, field: str, message: str
+) -> None:
+    obj = SAMPLES[kind]()
+    _set(obj, where, value)
+    found = errors(kind, obj)
+    assert len(found) == 1, found
+    assert found[0][0] == field
+    assert message in found[0][1]
