@@ -241,6 +241,85 @@ def simulate_workspaces(
         out.print(f"wrote {json_out}", markup=False)
 
 
+@simulate.command("autoscale")
+@click.option(
+    "--nodepool",
+    "nodepool_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Karpenter NodePool YAML (and kgpu InstanceType documents) to launch nodes from; "
+    "default: one pool of p4de.24xlarge (8 x A100 80GB)",
+)
+@click.option("--policy", default="kgpu", show_default=True, help=f"one of {', '.join(POLICIES)}")
+@click.option(
+    "--launch-delay",
+    default=105.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="seconds from a NodeClaim's creation to its node being Ready",
+)
+@click.option(
+    "--fail-launches",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="make the first N NodeClaims fail to launch (insufficient capacity)",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="write each pod's wait, the new nodes and the triggers as JSON to this file",
+)
+def simulate_autoscale(
+    nodepool_file: Path | None,
+    policy: str,
+    launch_delay: float,
+    fail_launches: int,
+    json_out: Path | None,
+) -> None:
+    """40 pods of 0.5 GPU and 10 pods of 4 GPUs arrive at a full cluster: kgpu plans trigger
+    pods, a Karpenter model launches nodes from the NodePool, and the table shows how long
+    each pod waited and where it runs."""
+    from rich.table import Table
+
+    from kgpu.kube.nodeclaims import NodePoolError
+    from kgpu.sim.autoscale_run import (
+        default_pools,
+        full_cluster_scenario,
+        load_nodepools,
+    )
+    from kgpu.sim.autoscale_run import simulate_autoscale as run_autoscale
+    from kgpu.sim.provisioner import LaunchTimes
+
+    try:
+        pools = load_nodepools(nodepool_file) if nodepool_file else default_pools()
+        nodes, running, arrivals = full_cluster_scenario(pools)
+        run = run_autoscale(
+            nodes,
+            running,
+            arrivals,
+            pools,
+            policy=policy,
+            launch=LaunchTimes.until_ready(launch_delay),
+            fail_first=fail_launches,
+        )
+    except (ProfileError, NodePoolError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    table = Table("pod", "GPUs", "node", "waited s")
+    for p in run.pods:
+        waited = "pending" if p.waited is None else f"{p.waited:.1f}"
+        table.add_row(p.pod, p.gpus, p.node, waited)
+    console.print(table)
+    for name, ok, seconds, detail in run.outcomes:
+        verdict = "ready" if ok else "failed"
+        line = f"trigger {name}: {verdict} after {seconds:.1f}s ({detail})"
+        console.print(line, markup=False, soft_wrap=True)
+    console.print(f"existing_nodes={len(nodes)} " + run.summary(), markup=False, soft_wrap=True)
+    if json_out is not None:
+        json_out.write_text(json.dumps(run.to_json(), indent=1))
+        console.print(f"wrote {json_out}")
+
+
 @simulate.command("tenants")
 @click.option(
     "--nodes",
