@@ -1,45 +1,23 @@
-"""The ``kgpu`` command line."""
+"""`kgpu simulate`: place a workload offline, through the same core as the live scheduler."""
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+from kgpu.cli.common import console, progress_bar
 from kgpu.config import POLICIES, ProfileError
 from kgpu.sim.openb import TraceError
 
 if TYPE_CHECKING:
     from kgpu.sim.manifests import ManifestRun
 
-console = Console()
-
-
-def _progress() -> Progress:
-    return Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        disable=not sys.stderr.isatty(),
-    )
-
 
 @click.group()
-@click.version_option(package_name="kgpu")
-def main() -> None:
-    """kgpu: a GPU-aware batch scheduler for Kubernetes, and its trace simulator."""
-
-
-@main.group()
 def simulate() -> None:
     """Place a workload on a cluster offline, through the same core as the live scheduler."""
 
@@ -72,7 +50,7 @@ def simulate_openb(
         raise click.BadParameter(
             f"--tune is {tune}, expected a positive number", param_hint="--tune"
         )
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"{policy} seed {seed}", total=None)
         try:
             run = run_openb(
@@ -407,291 +385,3 @@ def simulate_tenants_cmd(
     out_png.parent.mkdir(parents=True, exist_ok=True)
     plot_tenants(result, out_png)
     console.print(f"wrote {out_png}")
-
-
-def _bar_task(bar: Progress, name: str) -> tuple[Callable[[int], None], Callable[[int], None]]:
-    """A bar for one replay: what to call per batch of pods, and once the count is known."""
-    task = bar.add_task(name, total=None)
-
-    def advance(k: int) -> None:
-        bar.advance(task, k)
-
-    def start(n: int) -> None:
-        bar.update(task, total=n)
-
-    return advance, start
-
-
-def _policy_list(value: str) -> list[str]:
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    if not names:
-        raise click.BadParameter("expected at least one policy", param_hint="--policies")
-    return names
-
-
-@main.command()
-@click.option(
-    "--out",
-    "out_dir",
-    default=Path("out/demo"),
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="folder for allocation.png and results.json",
-)
-@click.option("--nodes", "node_count", default=400, show_default=True, type=click.IntRange(1))
-@click.option("--pods", "pod_count", default=2000, show_default=True, type=click.IntRange(1))
-@click.option("--seed", default=42, show_default=True, type=int)
-@click.option(
-    "--policies",
-    default=",".join(POLICIES),
-    show_default=True,
-    help="comma-separated policies (built-in names or profile YAML files)",
-)
-def demo(out_dir: Path, node_count: int, pod_count: int, seed: int, policies: str) -> None:
-    """Replay a built-in synthetic cluster and workload under each policy, as the FGD paper
-    does with its trace (workload arriving up to 130% of GPU capacity); print a table and
-    write a plot of allocation against arrived workload."""
-    from kgpu.config import load_profile
-    from kgpu.sim.openb_run import run_trace
-    from kgpu.sim.report import plot_curves, results_table
-    from kgpu.sim.synthetic import synthetic_nodes, synthetic_pods
-
-    tune = 1.3
-    names = _policy_list(policies)
-    try:
-        for name in names:
-            load_profile(name)  # fail on a bad name before minutes of replays
-    except ProfileError as exc:
-        raise click.ClickException(str(exc)) from exc
-    nodes = synthetic_nodes(node_count, seed)
-    trace = synthetic_pods(pod_count, seed)
-    gpus = sum(n.gpu_count for n in nodes)
-    console.print(
-        f"synthetic: {len(nodes)} nodes, {gpus} GPUs, {len(trace)} pods "
-        f"tuned to {tune:.0%} of GPUs, seed {seed}"
-    )
-    runs = []
-    with _progress() as bar:
-        for name in names:
-            advance, start = _bar_task(bar, name)
-            runs.append(run_trace(nodes, trace, name, seed, tune, advance, start))
-    console.print(results_table(runs, title="final GPU allocation and fragmentation"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png = plot_curves(
-        runs, out_dir / "allocation.png", title=f"{len(nodes)} nodes, {gpus} GPUs, seed {seed}"
-    )
-    data = {
-        "cluster": {"nodes": len(nodes), "gpus": gpus},
-        "workload": {"pods": len(trace), "seed": seed, "tune": tune},
-        "runs": [run.to_json() for run in runs],
-    }
-    results = out_dir / "results.json"
-    results.write_text(json.dumps(data, indent=1))
-    console.print(f"wrote {png} and {results}")
-
-
-# ---------------------------------------------------------------------------- the cluster edge
-
-
-@main.command()
-@click.option("--namespace", default="kgpu-system", show_default=True, help="where kgpu runs")
-@click.option("--image", default="ghcr.io/kgpu/kgpu:0.1.0", show_default=True)
-@click.option(
-    "--scheduler-name",
-    default="kgpu-scheduler",
-    show_default=True,
-    help="the spec.schedulerName kgpu schedules; also names the install's objects",
-)
-@click.option("--webhook/--no-webhook", default=True, show_default=True)
-@click.option(
-    "--webhook-failure-policy",
-    type=click.Choice(["Ignore", "Fail"]),
-    default="Ignore",
-    show_default=True,
-    help="when the webhook cannot be reached: admit (Ignore) or refuse (Fail)",
-)
-@click.option("--replicas", type=click.IntRange(1), default=2, show_default=True)
-@click.option("--crds-only", is_flag=True, help="only the CustomResourceDefinitions")
-@click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="file to write"
-)
-def manifests(
-    namespace: str,
-    image: str,
-    scheduler_name: str,
-    webhook: bool,
-    webhook_failure_policy: str,
-    replicas: int,
-    crds_only: bool,
-    output: Path | None,
-) -> None:
-    """Print the whole install as one YAML stream for `kubectl apply -f -`.
-
-    With the webhook, a new certificate is made each time: keep the output as a Secret."""
-    from kgpu.kube.render import InstallOptions, RenderError, render_objects, to_yaml
-
-    opts = InstallOptions(
-        namespace, image, scheduler_name, webhook, webhook_failure_policy, replicas, crds_only
-    )
-    try:
-        objects = render_objects(opts)
-    except RenderError as exc:
-        raise click.ClickException(str(exc)) from exc
-    args = " ".join(sys.argv[1:]) if sys.argv[1:2] == ["manifests"] else "manifests"
-    header = f"# kgpu install for `kubectl apply -f`; rendered by `kgpu {args}`\n"
-    if webhook and not crds_only:
-        header += "# Holds the webhook's private key: keep this file as you keep a Secret.\n"
-    text = to_yaml(objects, header)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        output.write_text(text)
-        console.print(f"wrote {len(objects)} objects to {output}")
-
-
-@main.command()
-@click.option("--address", default="0.0.0.0", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True)
-@click.option("--cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
-def webhook(
-    address: str, port: int, cert: Path | None, key: Path | None, scheduler_name: str
-) -> None:
-    """Serve the admission webhook (POST /validate, GET /healthz) over HTTPS.
-
-    Without --cert and --key it makes a throwaway certificate for localhost and 127.0.0.1
-    and says where its CA is, for trying the webhook out by hand."""
-    import logging
-    import signal
-    import tempfile
-
-    from kgpu.kube.certs import generate_tls
-    from kgpu.kube.render import WEBHOOK_PATH
-    from kgpu.kube.webhook import WebhookServer, tls_context
-
-    if (cert is None) != (key is None):
-        raise click.UsageError("--cert and --key go together")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if cert is None or key is None:
-        folder = Path(tempfile.mkdtemp(prefix="kgpu-webhook-"))
-        tls = generate_tls(["localhost"], ["127.0.0.1"])
-        cert, key = folder / "tls.crt", folder / "tls.key"
-        (folder / "ca.crt").write_bytes(tls.ca_pem)
-        cert.write_bytes(tls.cert_pem)
-        key.touch(mode=0o600)
-        key.write_bytes(tls.key_pem)
-        click.echo(f"no --cert/--key: a throwaway certificate; its CA is {folder / 'ca.crt'}")
-    try:
-        server = WebhookServer((address, port), tls_context(cert, key), scheduler_name)
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(f"cannot serve on {address}:{port}: {exc}") from exc
-
-    def stop(signum: int, frame: object) -> None:
-        raise SystemExit(0)  # Kubernetes stops pods with SIGTERM: leave serve_forever cleanly
-
-    signal.signal(signal.SIGTERM, stop)
-    click.echo(f"serving admission reviews on https://{address}:{server.port}{WEBHOOK_PATH}")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-
-
-@main.command()
-@click.argument("pod")
-@click.option("-n", "--namespace", default="default", show_default=True)
-@click.option(
-    "--kubeconfig",
-    type=click.Path(exists=True, dir_okay=False),
-    help="default: $KUBECONFIG, ~/.kube/config, in-cluster",
-)
-@click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
-@click.option(
-    "--policy", default="kgpu", show_default=True, help="the profile whose filters explain"
-)
-def explain(
-    pod: str, namespace: str, kubeconfig: str | None, scheduler_name: str, policy: str
-) -> None:
-    """Why POD (name or namespace/name) is pending, or where and on which GPUs it runs."""
-    from kgpu.kube.explain import ExplainError, explain_live
-
-    if "/" in pod:
-        namespace, pod = pod.split("/", 1)
-    try:
-        answer = explain_live(pod, namespace, kubeconfig, scheduler_name, policy)
-    except (ExplainError, ProfileError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    for line in answer.lines():
-        click.echo(line)
-
-
-@main.command("run")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="kubeconfig file; default: the pod's service account, else $KUBECONFIG or ~/.kube/config",
-)
-@click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
-@click.option("--policy", default="kgpu", show_default=True, help=f"one of {', '.join(POLICIES)}")
-@click.option(
-    "--metrics-port",
-    default=10251,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="port of /metrics, /healthz and /readyz (0: any free port)",
-)
-@click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
-@click.option("--namespace-for-lease", default="kube-system", show_default=True)
-@click.option("-v", "--verbose", is_flag=True, help="log at debug level")
-def run_scheduler(
-    kubeconfig: str | None,
-    scheduler_name: str,
-    policy: str,
-    metrics_port: int,
-    leader_elect: bool,
-    namespace_for_lease: str,
-    verbose: bool,
-) -> None:
-    """Schedule the pods whose spec.schedulerName is SCHEDULER_NAME in a live cluster,
-    until SIGTERM or SIGINT."""
-    import logging
-    import signal
-    import threading
-
-    from kgpu.config import load_profile
-    from kgpu.kube.errors import KubeError
-    from kgpu.kube.run import RunningScheduler, RunOptions
-
-    level = logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        load_profile(policy)  # a bad policy fails before anything connects
-        running = RunningScheduler(
-            RunOptions(
-                kubeconfig=kubeconfig,
-                scheduler_name=scheduler_name,
-                policy=policy,
-                metrics_port=metrics_port,
-                leader_elect=leader_elect,
-                lease_namespace=namespace_for_lease,
-            )
-        )
-    except (ProfileError, KubeError, OSError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    running.start()
-    try:
-        while not stop.wait(1.0):
-            pass
-    finally:
-        running.stop()
-
-
-if __name__ == "__main__":
-    main()

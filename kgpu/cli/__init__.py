@@ -1,0 +1,21 @@
+"""The ``kgpu`` command line: one group, with the commands of each module added to it."""
+
+from __future__ import annotations
+
+import click
+
+from kgpu.cli.cluster import explain, manifests, run_scheduler, webhook
+from kgpu.cli.demo import demo
+from kgpu.cli.simulate import simulate
+
+
+@click.group()
+@click.version_option(package_name="kgpu")
+def main() -> None:
+    """kgpu: a GPU-aware batch scheduler for Kubernetes, and its trace simulator."""
+
+
+for command in (simulate, demo, manifests, webhook, explain, run_scheduler):
+    main.add_command(command)
+
+__all__ = ["main"]
