@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import UnionType
 from typing import Any
 
 from kgpu.framework.group_scheduler import GroupScheduler
@@ -98,28 +99,49 @@ def default_registry() -> dict[str, Factory]:
     }
 
 
+class _Instances:
+    """One instance per plugin name of a profile, made on first use from the registry, so a
+    plugin serving several extension points (a score that also chooses GPUs) is shared."""
+
+    def __init__(
+        self,
+        registry: Mapping[str, Factory],
+        args: Mapping[str, Mapping[str, Any]],
+        context: PluginContext,
+    ) -> None:
+        self.registry = registry
+        self.args = args
+        self.context = context
+        self.made: dict[str, object] = {}
+
+    def get(self, name: str) -> object:
+        if name not in self.made:
+            if name not in self.registry:
+                raise UnknownPluginError(name, list(self.registry))
+            self.made[name] = self.registry[name](self.args.get(name, {}), self.context)
+        return self.made[name]
+
+    def typed(self, name: str, point: type[Any] | UnionType, what: str) -> Any:
+        plugin = self.get(name)
+        if not isinstance(plugin, point):
+            raise TypeError(f"plugin {name!r} cannot serve as {what}")
+        return plugin
+
+
 def build_scheduler(
     profile: Profile,
     context: PluginContext | None = None,
     registry: Mapping[str, Factory] | None = None,
 ) -> Scheduler:
     """Instantiate each plugin of the profile once and wire it to its extension points."""
-    registry = registry if registry is not None else default_registry()
-    context = context or PluginContext()
-    instances: dict[str, object] = {}
-
-    def get(name: str) -> object:
-        if name not in instances:
-            if name not in registry:
-                raise UnknownPluginError(name, list(registry))
-            instances[name] = registry[name](profile.plugin_args.get(name, {}), context)
-        return instances[name]
+    plugins = _Instances(
+        registry if registry is not None else default_registry(),
+        profile.plugin_args,
+        context or PluginContext(),
+    )
 
     def typed(name: str, point: type[Any]) -> Any:
-        plugin = get(name)
-        if not isinstance(plugin, point):
-            raise TypeError(f"plugin {name!r} cannot serve as {point.__name__}")
-        return plugin
+        return plugins.typed(name, point, point.__name__)
 
     pre_filters: list[PreFilterPlugin] = [typed(n, PreFilterPlugin) for n in profile.pre_filters]
     filters: list[FilterPlugin] = [typed(n, FilterPlugin) for n in profile.filters]
@@ -141,29 +163,19 @@ def build_group_scheduler(
     A name the profile lists must be a plugin of the right kind: a pod filter named as a
     group filter (or the reverse) is a ``TypeError`` here, not a surprise in a cycle.
     """
-    registry = registry if registry is not None else default_registry()
-    context = context or PluginContext()
-    instances: dict[str, object] = {}
-
-    def get(name: str) -> object:
-        if name not in instances:
-            if name not in registry:
-                raise UnknownPluginError(name, list(registry))
-            instances[name] = registry[name](profile.plugin_args.get(name, {}), context)
-        return instances[name]
-
-    filters: list[GroupNodeFilterPlugin | GroupFilterPlugin] = []
-    for name in profile.filters:
-        plugin = get(name)
-        if not isinstance(plugin, GroupNodeFilterPlugin | GroupFilterPlugin):
-            raise TypeError(f"plugin {name!r} cannot serve as a node-group filter")
-        filters.append(plugin)
-    scores: list[tuple[GroupScorePlugin, float]] = []
-    for weighted in profile.scores:
-        plugin = get(weighted.name)
-        if not isinstance(plugin, GroupScorePlugin):
-            raise TypeError(f"plugin {weighted.name!r} cannot serve as a node-group score")
-        scores.append((plugin, weighted.weight))
+    plugins = _Instances(
+        registry if registry is not None else default_registry(),
+        profile.plugin_args,
+        context or PluginContext(),
+    )
+    filters: list[GroupNodeFilterPlugin | GroupFilterPlugin] = [
+        plugins.typed(name, GroupNodeFilterPlugin | GroupFilterPlugin, "a node-group filter")
+        for name in profile.filters
+    ]
+    scores: list[tuple[GroupScorePlugin, float]] = [
+        (plugins.typed(w.name, GroupScorePlugin, "a node-group score"), w.weight)
+        for w in profile.scores
+    ]
     return GroupScheduler(filters, scores)
 
 
