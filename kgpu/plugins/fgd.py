@@ -32,12 +32,15 @@ class FgdScore:
     def __init__(self, typical: list[TypicalPod]) -> None:
         self.typical = typical
         self._model: FragmentModel | None = None
-        self._bound_to = 0
+        # The state's serial and id: a new state may reuse a freed one's id, and the model
+        # (GPU model ids) must follow the state it scores.
+        self._bound_to = (0, 0)
 
     def model(self, state: ClusterState) -> FragmentModel:
-        if self._model is None or self._bound_to != id(state):
+        bound_to = (state.serial, id(state))
+        if self._model is None or self._bound_to != bound_to:
             self._model = FragmentModel(self.typical, state)
-            self._bound_to = id(state)
+            self._bound_to = bound_to
         return self._model
 
     def per_gpu_scores(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
