@@ -8,7 +8,8 @@ watch cache answers, or as an HTTP 410), create (409 AlreadyExists), JSON merge 
 ``metadata.uid`` and ``metadata.resourceVersion`` as preconditions (409), PUT with
 optimistic concurrency (409), delete, ``pods/{name}/binding`` (409 when already bound or
 the uid differs), the ``status`` subresource, core/v1 events, coordination.k8s.io/v1 leases,
-and kgpu.io/v1alpha1 custom resources (404 until their CRD is "installed").
+scheduling.k8s.io/v1 priorityclasses, karpenter.sh/v1 nodeclaims (always served), and
+kgpu.io/v1alpha1 custom resources (404 until their CRD is "installed").
 
 Faults on purpose, for the tests to drive:
 
@@ -53,6 +54,8 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
     ("kgpu.io", "queues"): (False, "Queue", "kgpu.io/v1alpha1"),
     ("kgpu.io", "podgroups"): (True, "PodGroup", "kgpu.io/v1alpha1"),
     ("kgpu.io", "devices"): (False, "Device", "kgpu.io/v1alpha1"),
+    ("karpenter.sh", "nodeclaims"): (False, "NodeClaim", "karpenter.sh/v1"),
+    ("scheduling.k8s.io", "priorityclasses"): (False, "PriorityClass", "scheduling.k8s.io/v1"),
 }
 CUSTOM = {c for c in RESOURCES if c[0] == "kgpu.io"}
 

@@ -6,6 +6,7 @@ own scheduler binds the original pods to the new node."""
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ from kgpu.kube.nodeclaims import NODECLAIMS
 from kgpu.kube.run import RunningScheduler, RunOptions
 from kgpu.kube.triggers import TriggerPodConfig
 from kgpu.model.nodepool import CATALOGUE, NodePool
-from tests import kube_double
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj, wait_until
 
@@ -31,14 +31,8 @@ NAMESPACE = "kgpu-system"
 
 
 @pytest.fixture
-def double(monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeDouble]:
-    # The double serves the core and kgpu.io kinds; Karpenter's NodeClaims are added here.
-    monkeypatch.setitem(
-        kube_double.RESOURCES,
-        ("karpenter.sh", "nodeclaims"),
-        (False, "NodeClaim", "karpenter.sh/v1"),
-    )
-    with KubeDouble() as d:
+def double() -> Iterator[KubeDouble]:
+    with KubeDouble() as d:  # serves Karpenter's NodeClaims as well
         yield d
 
 
@@ -171,6 +165,13 @@ def test_a_trigger_is_created_once_deleted_after_ready_and_the_pods_bind_to_the_
         ("pair", "TriggeredScaleUp"),
     ]
     metrics = autoscaler.metrics.registry
+    # The round that emits the events records its metrics just after them.
+    wait_until(
+        lambda: (
+            metrics.get_sample_value("kgpu_autoscale_scale_ups_total", {"outcome": "succeeded"})
+            == 1
+        )
+    )
     assert (
         metrics.get_sample_value("kgpu_autoscale_trigger_pods_created_total", {"pool": "gpu"}) == 1
     )
@@ -216,3 +217,71 @@ def test_a_nodeclaim_that_fails_to_launch_is_recorded_and_the_demand_retried(
     metrics = autoscaler.metrics.registry
     assert metrics.get_sample_value("kgpu_autoscale_scale_ups_total", {"outcome": "failed"}) == 1
     assert metrics.get_sample_value("kgpu_autoscale_scale_up_success_ratio") == 0.0
+
+
+def test_kgpu_run_with_autoscale_triggers_a_node_and_binds_the_pod_there(
+    double: KubeDouble, tmp_path: Path
+) -> None:
+    """`kgpu run --autoscale`'s wiring (RunOptions.autoscale), the test playing Karpenter."""
+    scaling = AutoscaleOptions(
+        controller=ControllerConfig(
+            planner=PlannerConfig(pools=(POOL,)), batch_idle_s=0.2, timeout_s=60
+        ),
+        pods=TriggerPodConfig(namespace=NAMESPACE),
+        scheduler_name="ignored: the loop's name is used",
+        pending_after_s=0.3,
+        interval_s=0.05,
+    )
+    options = RunOptions(
+        kubeconfig=double.kubeconfig(tmp_path),
+        metrics_port=None,
+        leader_elect=False,
+        timeouts=Timeouts(connect=1.0, request=2.0, watch=30, watch_grace=2.0),
+        loop=LoopConfig(unschedulable_retry=0.3, idle_wait=0.05),
+        autoscale=scaling,
+    )
+    scheduler = RunningScheduler(options).start()
+    try:
+        double.put(pod_obj("pair", gpus=2))  # no node has a GPU
+        wait_until(lambda: len(triggers(double)) == 1)
+        [trigger] = triggers(double)
+        assert trigger["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
+        priority = double.get("priorityclasses", "kgpu-autoscale-trigger")
+        assert priority is not None and priority["preemptionPolicy"] == "Never"
+
+        double.put(nodeclaim("gpu-x1", "gpu-node-1", "Launched"))
+        time.sleep(0.5)  # a few rounds: still one trigger, none deleted
+        assert trigger_posts(double) == 1 and len(triggers(double)) == 1
+        assert not [r for r in double.requests if r.method == "DELETE"]
+
+        double.put(
+            nodeclaim("gpu-x1", "gpu-node-1", "Launched", "Registered", "Initialized", "Ready")
+        )
+        node = node_obj("gpu-node-1", gpus=8, product="NVIDIA-A100-SXM4-80GB")
+        node["metadata"]["labels"]["karpenter.sh/nodepool"] = "gpu"
+        double.put(node)
+        bound = copy.deepcopy(double.get("pods", trigger["metadata"]["name"], NAMESPACE))
+        assert bound is not None
+        bound["spec"]["nodeName"] = "gpu-node-1"
+        double.put(bound)
+
+        wait_until(lambda: triggers(double) == [])
+        wait_until(
+            lambda: (
+                (double.get("pods", "pair", "default") or {}).get("spec", {}).get("nodeName")
+                == "gpu-node-1"
+            )
+        )
+        assert trigger_posts(double) == 1
+        # The round that deleted the trigger records its outcome just after the delete.
+        registry = scheduler.metrics.registry  # the autoscaler's metrics are on /metrics
+        wait_until(
+            lambda: (
+                registry.get_sample_value(
+                    "kgpu_autoscale_scale_ups_total", {"outcome": "succeeded"}
+                )
+                == 1
+            )
+        )
+    finally:
+        scheduler.stop()

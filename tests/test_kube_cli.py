@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from kgpu.cli import main
+from kgpu.kube import run
+from kgpu.kube.run import RunOptions
 
 
 def test_run_offers_the_options_of_a_scheduler() -> None:
@@ -37,3 +40,50 @@ def test_run_refuses_an_unusable_kubeconfig(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["run", "--kubeconfig", str(config), "--metrics-port", "0"])
     assert result.exit_code == 1
     assert f"cannot use kubeconfig {config}" in result.output
+
+
+def test_run_offers_autoscaling() -> None:
+    result = CliRunner().invoke(main, ["run", "--help"])
+    assert result.exit_code == 0
+    for option in (
+        "--autoscale / --no-autoscale",
+        "--nodepool",
+        "--gpu-memory-to-fraction-ratio",
+        "--trigger-namespace",
+    ):
+        assert option in result.output
+
+
+def test_run_with_autoscale_passes_the_nodepools_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[RunOptions] = []
+
+    class Captured:
+        def __init__(self, options: RunOptions) -> None:
+            seen.append(options)
+            raise OSError("stopped here")
+
+    monkeypatch.setattr(run, "RunningScheduler", Captured)
+    nodepool = Path(__file__).parent.parent / "examples" / "autoscale" / "nodepool-l4.yaml"
+    args = ["run", "--autoscale", "--nodepool", str(nodepool), "--trigger-namespace", "scale"]
+    result = CliRunner().invoke(main, [*args, "--gpu-memory-to-fraction-ratio", "0.25"])
+    assert result.exit_code == 1 and "stopped here" in result.output
+    [options] = seen
+    assert options.autoscale is not None
+    planner = options.autoscale.controller.planner
+    assert [p.name for p in planner.pools] == ["gpu-l4", "gpu-h200"]
+    assert planner.gpu_memory_to_fraction_ratio == 0.25
+    assert options.autoscale.pods.namespace == "scale"
+
+    seen.clear()
+    assert CliRunner().invoke(main, ["run"]).exit_code == 1
+    assert seen[0].autoscale is None  # off by default
+
+
+def test_run_refuses_a_nodepool_it_cannot_use(tmp_path: Path) -> None:
+    bad = tmp_path / "pool.yaml"
+    bad.write_text("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: p}\n")
+    result = CliRunner().invoke(main, ["run", "--autoscale", "--nodepool", str(bad)])
+    assert result.exit_code == 1
+    assert "NodePool p" in result.output
+    result = CliRunner().invoke(main, ["run", "--nodepool", str(bad)])
+    assert result.exit_code == 2 and "--nodepool goes with --autoscale" in result.output

@@ -139,7 +139,8 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
     }
     crs = ("queues", "podgroups", "devices", "workspaces")
     assert rules == {
-        (("",), ("pods",)): ("get", "list", "watch", "patch"),
+        # create and delete: --autoscale's trigger pods
+        (("",), ("pods",)): ("get", "list", "watch", "patch", "create", "delete"),
         (("",), ("pods/binding",)): ("create",),
         (("",), ("nodes",)): ("get", "list", "watch"),
         (("",), ("events",)): ("create", "patch"),
@@ -148,6 +149,8 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
             "update",
             "patch",
         ),
+        (("scheduling.k8s.io",), ("priorityclasses",)): ("get", "create"),
+        (("karpenter.sh",), ("nodeclaims",)): ("get", "list", "watch"),
     }
     lease = by_kind(install, "Role")[0]
     assert lease["metadata"]["namespace"] == "kgpu-system"

@@ -164,6 +164,34 @@ def explain(
 )
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--namespace-for-lease", default="kube-system", show_default=True)
+@click.option(
+    "--autoscale/--no-autoscale",
+    default=False,
+    show_default=True,
+    help="create trigger pods so that Karpenter or the cluster autoscaler adds GPU nodes "
+    "for the pods kgpu cannot place (docs/AUTOSCALING.md)",
+)
+@click.option(
+    "--nodepool",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="YAML of the Karpenter NodePools (and InstanceTypes) to ask for nodes; "
+    "default: any autoscaler, by GPU model",
+)
+@click.option(
+    "--gpu-memory-to-fraction-ratio",
+    type=click.FloatRange(0.0, 1.0, min_open=True),
+    default=0.1,
+    show_default=True,
+    help="with --autoscale: the share of a GPU a gpu-memory request stands for when the "
+    "GPU model is not known",
+)
+@click.option(
+    "--trigger-namespace",
+    default="kgpu-system",
+    show_default=True,
+    help="with --autoscale: where trigger pods are created",
+)
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level")
 def run_scheduler(
     kubeconfig: str | None,
@@ -172,6 +200,10 @@ def run_scheduler(
     metrics_port: int,
     leader_elect: bool,
     namespace_for_lease: str,
+    autoscale: bool,
+    nodepool: Path | None,
+    gpu_memory_to_fraction_ratio: float,
+    trigger_namespace: str,
     verbose: bool,
 ) -> None:
     """Schedule the pods whose spec.schedulerName is SCHEDULER_NAME in a live cluster,
@@ -180,14 +212,31 @@ def run_scheduler(
     import signal
     import threading
 
+    from kgpu.autoscale.controller import ControllerConfig
+    from kgpu.autoscale.planner import PlannerConfig
     from kgpu.config import load_profile
+    from kgpu.kube.autoscaler import AutoscaleOptions
     from kgpu.kube.errors import KubeError
+    from kgpu.kube.nodeclaims import NodePoolError
     from kgpu.kube.run import RunningScheduler, RunOptions
+    from kgpu.kube.triggers import TriggerPodConfig
+    from kgpu.sim.autoscale_run import load_nodepools
 
+    if nodepool is not None and not autoscale:
+        raise click.UsageError("--nodepool goes with --autoscale")
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         load_profile(policy)  # a bad policy fails before anything connects
+        scaling = None
+        if autoscale:
+            pools = load_nodepools(nodepool) if nodepool is not None else ()
+            planner = PlannerConfig(pools, gpu_memory_to_fraction_ratio)
+            scaling = AutoscaleOptions(
+                controller=ControllerConfig(planner=planner),
+                pods=TriggerPodConfig(namespace=trigger_namespace),
+                scheduler_name=scheduler_name,
+            )
         running = RunningScheduler(
             RunOptions(
                 kubeconfig=kubeconfig,
@@ -196,9 +245,10 @@ def run_scheduler(
                 metrics_port=metrics_port,
                 leader_elect=leader_elect,
                 lease_namespace=namespace_for_lease,
+                autoscale=scaling,
             )
         )
-    except (ProfileError, KubeError, OSError) as exc:
+    except (ProfileError, NodePoolError, KubeError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -175,10 +175,14 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
 
 def _scheduler_rules() -> list[Obj]:
     """Only what ``kgpu run`` does: read and annotate pods, bind them, read nodes, record
-    events, read kgpu's custom resources and write the status of those it reports on."""
+    events, read kgpu's custom resources and write the status of those it reports on; with
+    ``--autoscale``, create and delete trigger pods, install their PriorityClass and read
+    Karpenter's NodeClaims."""
     crs = ["queues", "podgroups", "devices", "workspaces"]
     return [
-        _rule([""], ["pods"], ["get", "list", "watch", "patch"]),
+        # create and delete: --autoscale's trigger pods (cluster-wide: their namespace is an
+        # option of `kgpu run`)
+        _rule([""], ["pods"], ["get", "list", "watch", "patch", "create", "delete"]),
         _rule([""], ["pods/binding"], ["create"]),
         _rule([""], ["nodes"], ["get", "list", "watch"]),
         # core/v1 Events: what `kubectl describe` shows on every version; patch counts repeats
@@ -187,6 +191,10 @@ def _scheduler_rules() -> list[Obj]:
         _rule(
             [GROUP], ["queues/status", "podgroups/status", "workspaces/status"], ["update", "patch"]
         ),
+        # --autoscale: the trigger pods' PriorityClass, installed at start; Karpenter's
+        # NodeClaims, read to follow each trigger's node.
+        _rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "create"]),
+        _rule(["karpenter.sh"], ["nodeclaims"], ["get", "list", "watch"]),
     ]
 
 

@@ -4,6 +4,11 @@ Start order matters for the promise that a restarted scheduler rebuilds its allo
 before binding anything new: the informers start first, and the loop runs its first
 session only once every cache (Nodes, Pods, and the kgpu.io custom resources, absent or
 not) has listed; every bound pod's annotation is then in the snapshot.
+
+With ``RunOptions.autoscale`` set (``kgpu run --autoscale``), Karpenter's NodeClaims are
+cached too (a cluster without Karpenter reads as none) and the autoscaler
+(:mod:`kgpu.kube.autoscaler`) runs on its own thread, on the leader only, once the caches
+have synced; it installs the trigger pods' PriorityClass before its first round.
 """
 
 from __future__ import annotations
@@ -12,15 +17,19 @@ import logging
 import socket
 import threading
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from kgpu.kube.autoscaler import AutoscaleMetrics, AutoscaleOptions, Autoscaler, AutoscaleRunner
 from kgpu.kube.client import KubeClient, Timeouts, load_configuration
+from kgpu.kube.errors import Conflict, KubeError, NotFound
 from kgpu.kube.events import EventRecorder
 from kgpu.kube.informer import Informer
 from kgpu.kube.leader import LeaderElector, LeaseTiming
 from kgpu.kube.loop import LoopConfig, SchedulerLoop
 from kgpu.kube.metrics import HealthServer, SchedulerMetrics
+from kgpu.kube.nodeclaims import NODECLAIMS
 from kgpu.kube.resources import CUSTOM_RESOURCES, NODES, PODS
+from kgpu.kube.triggers import PRIORITY_CLASSES, render_priority_class
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +55,8 @@ class RunOptions:
     watch_seconds: int | None = None  # default: Timeouts.watch
     loop: LoopConfig | None = None  # default: LoopConfig(scheduler_name, policy)
     event_workers: int = 2
+    # None: no autoscaling. Its scheduler_name is replaced by the loop's.
+    autoscale: AutoscaleOptions | None = None
 
 
 class RunningScheduler:
@@ -72,6 +83,10 @@ class RunningScheduler:
             Informer(self.client, r, optional=True, watch_seconds=watch) for r in CUSTOM_RESOURCES
         ]
         self.informers = [self.nodes, self.pods, *self.custom]
+        self.claims: Informer | None = None
+        if options.autoscale is not None:
+            self.claims = Informer(self.client, NODECLAIMS, optional=True, watch_seconds=watch)
+            self.informers.append(self.claims)
         self.elector: LeaderElector | None = None
         if options.leader_elect:
             self.elector = LeaderElector(
@@ -99,6 +114,25 @@ class RunningScheduler:
             is_leader=elector.is_leader if elector is not None else lambda: True,
             synced=self.synced,
         )
+        self.autoscaler: Autoscaler | None = None
+        self._autoscale: AutoscaleRunner | None = None
+        self._priority_class_done = False
+        if options.autoscale is not None and self.claims is not None:
+            self.autoscaler = Autoscaler(
+                self.client,
+                replace(options.autoscale, scheduler_name=config.scheduler_name),
+                emit=self.recorder.emit,
+                metrics=AutoscaleMetrics(self.metrics.registry),
+            )
+            loop = self.loop
+            self._autoscale = AutoscaleRunner(
+                self.autoscaler,
+                self.pods.items,
+                self.claims.items,
+                self.nodes.items,
+                assumed=lambda: loop.assumed().keys(),
+                ready=self._autoscale_ready,
+            )
         self.server: HealthServer | None = None
         if options.metrics_port is not None:
             self.server = HealthServer(
@@ -113,6 +147,34 @@ class RunningScheduler:
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
+
+    def _autoscale_ready(self) -> bool:
+        """Synced and leading; the PriorityClass is installed once, before the first round."""
+        leading = self.elector is None or self.elector.is_leader()
+        if not (leading and self.synced()):
+            return False
+        if not self._priority_class_done and self.autoscaler is not None:
+            self._priority_class_done = True
+            self._install_priority_class(self.autoscaler)
+        return True
+
+    def _install_priority_class(self, autoscaler: Autoscaler) -> None:
+        """Create the triggers' PriorityClass unless it exists; a failure is logged (the
+        trigger pods' creates then fail and say why) and not retried."""
+        obj = render_priority_class(autoscaler.options.pods)
+        name = obj["metadata"]["name"]
+        try:
+            self.client.get(PRIORITY_CLASSES, name)
+        except NotFound:
+            try:
+                self.client.create(PRIORITY_CLASSES, obj)
+                log.info("created PriorityClass %s for trigger pods", name)
+            except Conflict:
+                pass  # made meanwhile
+            except KubeError as exc:
+                log.warning("PriorityClass %s not created: %s", name, exc)
+        except KubeError as exc:
+            log.warning("PriorityClass %s not read: %s", name, exc)
 
     def not_ready(self) -> list[str]:
         """What /readyz waits for; empty when ready."""
@@ -130,6 +192,8 @@ class RunningScheduler:
         if self.elector is not None:
             self.elector.start()
         self._thread.start()
+        if self._autoscale is not None:
+            self._autoscale.start()
         log.info(
             "kgpu scheduler %s (%s) started; metrics on port %s",
             self.options.scheduler_name,
@@ -141,6 +205,8 @@ class RunningScheduler:
     def stop(self) -> None:
         """Stop deciding, let the binds in flight finish, give the lease up, stop the rest."""
         self._stop.set()
+        if self._autoscale is not None:
+            self._autoscale.stop()
         if self._thread.is_alive():
             self._thread.join(10.0)
         self.loop.close()
