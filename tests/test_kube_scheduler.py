@@ -4,6 +4,7 @@ double failing on purpose: nothing lost, nothing allocated twice."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -264,3 +265,29 @@ def test_a_leader_cut_off_stops_binding(double: KubeDouble, start: Start) -> Non
     time.sleep(0.5)
     assert bound(double) == {}
     assert binding_requests(double) == []
+
+
+def test_device_resources_name_the_gpus_in_the_annotation(double: KubeDouble, start: Start) -> None:
+    """The node agent's Device resource gives each minor its UUID; the allocation says it."""
+    double.install_crds()
+    double.put(node_obj("n1", gpus=2))
+    double.put(
+        {
+            "apiVersion": "kgpu.io/v1alpha1",
+            "kind": "Device",
+            "metadata": {"name": "n1"},
+            "spec": {
+                "devices": [
+                    {"type": "gpu", "minor": m, "uuid": f"GPU-n1-{m}", "health": True}
+                    for m in range(2)
+                ]
+            },
+        }
+    )
+    double.put(pod_obj("whole", gpus=1))
+    start()
+    wait_until(lambda: len(bound(double)) == 1)
+    pod = next(p for p in double.objects("pods") if p["metadata"]["name"] == "whole")
+    allocation = json.loads(pod["metadata"]["annotations"]["kgpu.io/device-allocation"])
+    assert allocation["gpu"][0]["minor"] == 0
+    assert allocation["gpu"][0]["uuid"] == "GPU-n1-0"

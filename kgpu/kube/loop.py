@@ -104,10 +104,14 @@ class SchedulerLoop:
         is_leader: Callable[[], bool] = lambda: True,
         profile: Profile | None = None,
         synced: Callable[[], bool] | None = None,
+        devices: Informer | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
         self.pods = pods
+        # Device resources (one per node, from the node agent) give GPU UUIDs, health,
+        # NVLink topology and the kubelet's checkpoint of other schedulers' GPUs.
+        self.devices = devices
         self.recorder = recorder
         self.metrics = metrics
         self.config = config or LoopConfig()
@@ -192,7 +196,12 @@ class SchedulerLoop:
             self._prune(by_key, now)
             assumed = dict(self._assumed)
             generation = self._generation
-        snap = self._builder.build(nodes, pods, assumed)
+        devices = (
+            {str(d["metadata"]["name"]): d for d in self.devices.items()}
+            if self.devices is not None
+            else None
+        )
+        snap = self._builder.build(nodes, pods, assumed, devices)
         stats.snapshot_s = time.perf_counter() - started
         self._warn(snap)
         ready = self._ready(snap, generation, now, stats)

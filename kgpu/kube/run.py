@@ -28,7 +28,7 @@ from kgpu.kube.leader import LeaderElector, LeaseTiming
 from kgpu.kube.loop import LoopConfig, SchedulerLoop
 from kgpu.kube.metrics import HealthServer, SchedulerMetrics
 from kgpu.kube.nodeclaims import NODECLAIMS
-from kgpu.kube.resources import CUSTOM_RESOURCES, NODES, PODS
+from kgpu.kube.resources import CUSTOM_RESOURCES, DEVICES, NODES, PODS
 from kgpu.kube.triggers import PRIORITY_CLASSES, render_priority_class
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ class RunningScheduler:
             config,
             is_leader=elector.is_leader if elector is not None else lambda: True,
             synced=self.synced,
+            devices=next(i for i in self.custom if i.resource == DEVICES),
         )
         self.autoscaler: Autoscaler | None = None
         self._autoscale: AutoscaleRunner | None = None
