@@ -98,3 +98,19 @@ def test_strand_aware_fgd_keeps_gpu_less_pods_off_idle_gpus() -> None:
             plugin.score(_cycle(state, pod), pod, room).tolist()
             == fgd.score(_cycle(state, pod), pod, room).tolist()
         )
+
+
+def test_gpu_choice_reuses_scoring_only_while_the_node_is_unchanged() -> None:
+    state = ClusterState([make_node("a").gpus(4).build(), make_node("b").gpus(4).build()])
+    state.allocate(make_pod("x").share(600).build(), 0, [2])
+    nodes = np.arange(2, dtype=np.int64)
+    share = make_pod("s").share(300).build()
+    for make in (lambda: FgdScore(_typical()), lambda: StrandAwareFgd(_typical())):
+        scored, fresh = make(), make()
+        scored.score(_cycle(state, share), share, nodes)
+        assert scored.choose_gpus(state, share, 0) == fresh.choose_gpus(state, share, 0) == (2,)
+        # The node changes after scoring: the remembered GPU (2) no longer holds the share.
+        state.allocate(make_pod("y").share(400).build(), 0, [2])
+        assert scored.choose_gpus(state, share, 0) == fresh.choose_gpus(state, share, 0)
+        assert scored.choose_gpus(state, share, 0) != (2,)
+        state.release(make_pod("y").build().key)

@@ -20,6 +20,41 @@ from kgpu.plugins.gpu_choice import lowest_idle_gpus
 from kgpu.state.cluster import ClusterState
 
 
+class GpuMemo:
+    """The best GPU per node found while scoring a share, kept for the GPU choice.
+
+    Scoring a share already tries it on every GPU of every node it scores; the GPU choice
+    that follows, on the chosen node, would redo that work. Each entry records the node's
+    change clock, so it is used only while the node is exactly as it was scored.
+    """
+
+    def __init__(self) -> None:
+        self._bound_to = (0, 0)
+        self._by_shape: dict[object, tuple[IntArray, IntArray]] = {}
+
+    def record(self, state: ClusterState, pod: PodSpec, nodes: IntArray, best: IntArray) -> None:
+        bound_to = (state.serial, id(state))
+        if bound_to != self._bound_to or len(self._by_shape) > 4096:
+            self._by_shape.clear()
+            self._bound_to = bound_to
+        entry = self._by_shape.get(pod.shape)
+        if entry is None:
+            n = len(state)
+            entry = (np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64))
+            self._by_shape[pod.shape] = entry
+        gpus, clocks = entry
+        gpus[nodes] = best
+        clocks[nodes] = state.node_clock[nodes]
+
+    def lookup(self, state: ClusterState, pod: PodSpec, node: int) -> int | None:
+        if (state.serial, id(state)) != self._bound_to:
+            return None
+        entry = self._by_shape.get(pod.shape)
+        if entry is None or entry[1][node] != state.node_clock[node]:
+            return None
+        return int(entry[0][node])
+
+
 def sigmoid_score(decrease: FloatArray) -> FloatArray:
     with np.errstate(over="ignore"):
         return np.trunc(100.0 / (1.0 + np.exp(-decrease / 1000.0)))
@@ -35,6 +70,7 @@ class FgdScore:
         # The state's serial and id: a new state may reuse a freed one's id, and the model
         # (GPU model ids) must follow the state it scores.
         self._bound_to = (0, 0)
+        self.memo = GpuMemo()
 
     def model(self, state: ClusterState) -> FragmentModel:
         bound_to = (state.serial, id(state))
@@ -51,11 +87,16 @@ class FgdScore:
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         state = cycle.state
         if pod.gpu.is_shared:
-            return np.asarray(self.per_gpu_scores(state, pod, nodes).max(axis=1))
+            per_gpu = self.per_gpu_scores(state, pod, nodes)
+            self.memo.record(state, pod, nodes, per_gpu.argmax(axis=1))
+            return np.asarray(per_gpu.max(axis=1))
         return sigmoid_score(self.model(state).decrease_if_whole(state, pod, nodes))
 
     def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
         if pod.gpu.is_shared:
+            known = self.memo.lookup(state, pod, node)
+            if known is not None:
+                return (known,)
             scores = self.per_gpu_scores(state, pod, np.array([node], dtype=np.int64))[0]
             return (int(np.argmax(scores)),)
         return lowest_idle_gpus(state, node, pod.gpu.count)

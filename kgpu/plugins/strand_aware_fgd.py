@@ -58,7 +58,9 @@ class StrandAwareFgd:
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         state = cycle.state
         if pod.gpu.is_shared:
-            return np.asarray(np.round(self._per_gpu(state, pod, nodes).max(axis=1)))
+            per_gpu = self._per_gpu(state, pod, nodes)
+            self.fgd.memo.record(state, pod, nodes, per_gpu.argmax(axis=1))
+            return np.asarray(np.round(per_gpu.max(axis=1)))
         fgd = sigmoid_score(self.fgd.model(state).decrease_if_whole(state, pod, nodes))
         if pod.gpu.count:
             return fgd
@@ -72,6 +74,9 @@ class StrandAwareFgd:
 
     def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
         if pod.gpu.is_shared:
+            known = self.fgd.memo.lookup(state, pod, node)
+            if known is not None:
+                return (known,)
             per_gpu = self._per_gpu(state, pod, np.array([node], dtype=np.int64))[0]
             return (int(np.argmax(per_gpu)),)
         return lowest_idle_gpus(state, node, pod.gpu.count)
