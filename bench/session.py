@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from kgpu.actions.run import ACTIONS, SessionConfig, open_session
 from kgpu.config import load_profile
-from kgpu.framework.session import SessionResult, Snapshot
+from kgpu.framework.session import SessionResult, Snapshot, collector_paused
 from kgpu.model.fair_share import fair_shares
 from kgpu.model.gpu import NO_GPU, GpuRequest, gpu_share, whole_gpus
 from kgpu.model.job import JobKey, JobSpec, Task
@@ -251,17 +251,18 @@ def run_once(snapshot: Snapshot, policy: str) -> tuple[dict[str, float], Session
     config = SessionConfig()
     scheduler = build_scheduler(load_profile(policy))
     times: dict[str, float] = {}
-    t0 = time.perf_counter()
-    session = open_session(snapshot, scheduler, config)
-    times["open"] = time.perf_counter() - t0
-    for name in config.actions:
+    with collector_paused():  # as run_session does
+        t0 = time.perf_counter()
+        session = open_session(snapshot, scheduler, config)
+        times["open"] = time.perf_counter() - t0
+        for name in config.actions:
+            t = time.perf_counter()
+            ACTIONS[name]().execute(session)
+            times[name] = time.perf_counter() - t
         t = time.perf_counter()
-        ACTIONS[name]().execute(session)
-        times[name] = time.perf_counter() - t
-    t = time.perf_counter()
-    result = session.close()
-    times["close"] = time.perf_counter() - t
-    times["session"] = time.perf_counter() - t0
+        result = session.close()
+        times["close"] = time.perf_counter() - t
+        times["session"] = time.perf_counter() - t0
     return times, result
 
 

@@ -18,6 +18,7 @@ from kgpu.actions.run import SessionConfig, run_session
 from kgpu.config import load_profile
 from kgpu.framework.profile import Profile
 from kgpu.framework.session import SessionResult, Snapshot
+from kgpu.model.gpu import GpuKind
 from kgpu.model.job import JobKey, JobSpec, Task
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
@@ -71,8 +72,14 @@ class Snap:
         spec = pod.build() if isinstance(pod, PodBuilder) else pod
         spec = replace(spec, queue=queue) if queue else spec
         n = self.state.index[node]  # type: ignore[index]
-        if spec.gpu.is_shared:
-            gpus: tuple[int, ...] = (tightest_gpu(self.state, n, spec.gpu.milli),)
+        gpus: tuple[int, ...]
+        if spec.gpu.kind is GpuKind.MIG:
+            gpus = ()
+        elif spec.gpu.count and not spec.gpu.milli:  # memory-only or MPS: the first GPU it fits
+            count = int(self.state.gpu_count[n])
+            gpus = next((g,) for g in range(count) if not self.state.fits(spec, n, (g,)))
+        elif spec.gpu.is_shared:
+            gpus = (tightest_gpu(self.state, n, spec.gpu.milli),)
         else:
             gpus = lowest_idle_gpus(self.state, n, spec.gpu.count)
         self.state.allocate(spec, n, gpus)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from kgpu.actions.allocate import schedulable
 from kgpu.actions.placement import Placer
-from kgpu.actions.victims import VictimPool, make_room, old_enough
+from kgpu.actions.victims import VictimPool, make_room, old_enough, old_pods
 from kgpu.framework.scheduler import Placement
 from kgpu.framework.session import Session
 from kgpu.model.card import NAME_ANNOTATION
@@ -102,7 +102,12 @@ class Failures:
         if len(pods) != 1:
             return None
         pod = pods[0].pod
-        kind = "share" if pod.gpu.is_shared else "whole"
+        gpu = pod.gpu
+        kind: object = "share" if gpu.is_shared else "whole"
+        if gpu.count and not gpu.milli:
+            # Memory-only, MPS and MIG requests take a share that depends on the GPU: only
+            # the very same request compares.
+            kind = (gpu.kind, gpu.memory_mib, gpu.replicas, gpu.mig_profile, gpu.count)
         key = (
             queue,
             job.spec.priority,
@@ -112,7 +117,7 @@ class Failures:
             pod.gpu.models,
             pod.annotations.get(NAME_ANNOTATION),
         )
-        return key, (pod.cpu_milli, pod.memory_mib, pod.gpu.total_milli)
+        return key, (pod.cpu_milli, pod.memory_mib, gpu.total_milli)
 
     def known(self, session: Session, job: JobInfo, queue: int) -> bool:
         if self._sizes(session, job, queue) in self._alike:
@@ -161,8 +166,7 @@ class Preempt:
                     hopeless.add((queue, job.spec.priority))
                     continue
                 if pool is None:
-                    candidates = [t for j in jobs for t in j.running if old_enough(session, t)]
-                    pool = VictimPool(session, candidates)
+                    pool = VictimPool(session, old_pods(session, jobs))
                 name = session.tree.name(queue)
                 message = f"preempted by {job.key} (priority {job.spec.priority}) in queue {name}"
                 if not take_room(session, placer, job, pool, False, message):

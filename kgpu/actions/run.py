@@ -28,7 +28,7 @@ from kgpu.actions.preempt import Preempt
 from kgpu.actions.reclaim import Reclaim
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import Action, Session, SessionResult, Snapshot
+from kgpu.framework.session import Action, Session, SessionResult, Snapshot, collector_paused
 from kgpu.plugins import names
 from kgpu.plugins.registry import build_session_plugins
 
@@ -72,9 +72,11 @@ def open_session(snapshot: Snapshot, scheduler: Scheduler, config: SessionConfig
 def run_session(
     snapshot: Snapshot, scheduler: Scheduler, config: SessionConfig | None = None
 ) -> SessionResult:
-    """Open a session, run the configured actions in order, close it."""
+    """Open a session, run the configured actions in order, close it (with the cycle
+    collector paused throughout: see ``collector_paused``)."""
     config = config or SessionConfig()
-    session = open_session(snapshot, scheduler, config)
-    for name in config.actions:
-        ACTIONS[name]().execute(session)
-    return session.close()
+    with collector_paused():
+        session = open_session(snapshot, scheduler, config)
+        for name in config.actions:
+            ACTIONS[name]().execute(session)
+        return session.close()

@@ -51,28 +51,43 @@ class Unit:
         return [self.task] if session.ready(job, job.alive - 1) else []
 
 
+def _youngest_first(task: Task) -> tuple[float, str]:
+    return -task.started, task.pod.key
+
+
 def victim_units(session: Session, candidates: Sequence[Task]) -> list[Unit]:
-    """The units ``candidates`` (running pods that may be victims) form, in victim order."""
-    by_job: dict[str, set[str]] = {}
-    jobs: dict[str, JobInfo] = {}
+    """The units ``candidates`` (running pods of their jobs that may be victims) form, in
+    victim order."""
+    # A pool covers most running pods of a large cluster: the loops below are written for
+    # speed (locals, one dictionary entry per job, no sort of a job of one pod).
+    job_of, ready, victim_head = session.job_of, session.ready, session.victim_head
+    by_job: dict[str, tuple[JobInfo, set[str]]] = {}
     for task in candidates:
-        job = session.job_of[task.pod.key]
-        by_job.setdefault(job.key, set()).add(task.pod.key)
-        jobs[job.key] = job
+        key = task.pod.key
+        job = job_of[key]
+        entry = by_job.get(job.key)
+        if entry is None:
+            by_job[job.key] = (job, {key})
+        else:
+            entry[1].add(key)
     units: list[tuple[tuple[object, ...], Unit]] = []
-    for key in sorted(by_job):
-        job, eligible = jobs[key], by_job[key]
-        if not job.running:
+    for name in sorted(by_job):
+        job, eligible = by_job[name]
+        running = job.running
+        count = len(running)
+        if not count:
             continue
+        alive = job.alive
         spare = 0
-        while spare < len(job.running) and session.ready(job, job.alive - spare - 1):
+        while spare < count and ready(job, alive - spare - 1):
             spare += 1
-        youngest = sorted(job.running, key=lambda t: (-t.started, t.pod.key))
-        head = session.victim_head(youngest[0])  # once a job: plugins judge jobs, not pods
-        for task in [t for t in youngest if t.pod.key in eligible][:spare]:
-            units.append(((False, head, -task.started, task.pod.key), Unit(job, task)))
-        if all(t.pod.key in eligible for t in job.running):
-            first = youngest[0]
+        youngest = sorted(running, key=_youngest_first) if count > 1 else running
+        first = youngest[0]
+        head = victim_head(first)  # once a job: plugins judge jobs, not pods
+        if spare:
+            for task in [t for t in youngest if t.pod.key in eligible][:spare]:
+                units.append(((False, head, -task.started, task.pod.key), Unit(job, task)))
+        if len(eligible) >= count and all(t.pod.key in eligible for t in running):
             units.append(((True, head, -first.started, first.pod.key), Unit(job, None)))
     units.sort(key=lambda pair: pair[0])
     out = []
@@ -95,7 +110,14 @@ class VictimPool:
         self.by_queue: dict[int, list[Unit]] = {}
         allocations = session.state.allocations
         for unit in self.units:
-            unit.nodes = tuple(sorted({allocations[t.pod.key].node for t in unit.tasks(session)}))
+            # What ``unit.tasks`` gives as the units were just made: the extra pod, or all
+            # the job's running pods.
+            if unit.task is not None:
+                unit.nodes = (allocations[unit.task.pod.key].node,)
+            else:
+                running = unit.job.running
+                nodes = {allocations[t.pod.key].node for t in running}
+                unit.nodes = tuple(sorted(nodes)) if len(nodes) > 1 else tuple(nodes)
             for node in unit.nodes:
                 self.by_node.setdefault(node, []).append(unit)
             self.by_queue.setdefault(unit.job.queue, []).append(unit)
@@ -112,6 +134,17 @@ def old_enough(session: Session, task: Task) -> bool:
     """A pod younger than its queue's min-runtime is never a victim."""
     queue = session.job_of[task.pod.key].queue
     return queue >= 0 and session.now - task.started >= session.tree.specs[queue].min_runtime_s
+
+
+def old_pods(session: Session, jobs: Iterable[JobInfo]) -> list[Task]:
+    """The running pods of ``jobs`` that ``old_enough`` lets be victims (job by job)."""
+    now, specs = session.now, session.tree.specs
+    out: list[Task] = []
+    for job in jobs:
+        if job.queue >= 0 and job.running:
+            least = specs[job.queue].min_runtime_s
+            out.extend([t for t in job.running if now - t.started >= least])
+    return out
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ compares a few of them per placement and a class around them would only cost tim
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -60,6 +61,24 @@ def gpu_memory_share(memory_mib: int, gpu_memory_mib: int) -> int:
     if gpu_memory_mib <= 0:
         return MILLI_PER_GPU
     return min(MILLI_PER_GPU, math.ceil(memory_mib * MILLI_PER_GPU / gpu_memory_mib))
+
+
+# A MIG profile names its compute slices first: "1g.10gb", "3g.40gb", "1c.3g.20gb".
+_MIG_SLICES: Final = re.compile(r"(?:^|\.)(?P<slices>\d+)g\.")
+# A100, H100 and H200 have seven compute slices. (An A30 has four: its 1g.6gb would count
+# 143 rather than 250; profiles do not say which GPU they are carved from.)
+MIG_SLICES_PER_GPU: Final = 7
+
+
+def mig_share(profile: str) -> int:
+    """The milli-GPU one MIG instance of ``profile`` counts as: its compute slices of the
+    GPU's seven, rounded up (a ``1g.10gb`` is 143, a ``7g.80gb`` 1000). A profile whose
+    slices cannot be read counts as a whole GPU, so that it is never under-counted."""
+    match = _MIG_SLICES.search(profile)
+    if match is None:
+        return MILLI_PER_GPU
+    slices = min(int(match["slices"]), MIG_SLICES_PER_GPU)
+    return math.ceil(slices * MILLI_PER_GPU / MIG_SLICES_PER_GPU)
 
 
 def show(resource: str, amount: int) -> str:

@@ -23,19 +23,24 @@ from kgpu.framework.session import Session, SessionPlugin
 from kgpu.model.card import node_cards
 from kgpu.model.fair_share import dominant_ratio, fair_shares
 from kgpu.model.job import JobInfo, Task
-from kgpu.model.resources import CPU, GPU, MEMORY, MILLI, Vector
+from kgpu.model.resources import CPU, GPU, MEMORY, MILLI, Vector, mig_share
 from kgpu.plugins import names
 from kgpu.state.cluster import ClusterState
 
 
 def capacity(state: ClusterState) -> Vector:
-    """What the schedulable nodes offer: CPU, memory, GPU milli, and milli-cards by name."""
+    """What the schedulable nodes offer: CPU, memory, GPU milli (MIG instances by their
+    share of a GPU), and milli-cards by name."""
     ok = state.schedulable
     cap: Vector = {
         CPU: int(state.cpu_cap[ok].sum()),
         MEMORY: int(state.mem_cap[ok].sum()),
         GPU: int(state.gpu_cap[ok].sum()),
     }
+    if state.mig_profiles:  # MIG instances count their share of a GPU, as pods do
+        instances = state.mig_cap[ok].sum(axis=0).tolist()
+        for profile, count in zip(state.mig_profiles, instances, strict=True):
+            cap[GPU] += count * mig_share(profile)
     for n in ok.nonzero()[0].tolist():
         info = state.nodes[n]
         for card in node_cards(info.labels, info.gpu_count):
@@ -120,13 +125,14 @@ class Proportion:
             out: set[int] = set()
             need = session.need(reclaimer)
             mine_ok: dict[tuple[int, ...], bool] = {}
-            for q in sorted(candidates):
-                if q == reclaimer.queue or q < 0 or ratio(q) <= 1.0:
+            own = reclaimer.queue
+            for q in candidates:  # each verdict stands alone: the order does not matter
+                if q == own or q < 0 or ratio(q) <= 1.0:
                     continue
-                pair = (reclaimer.queue, q)
-                if pair not in lcas:
-                    lcas[pair] = tree.lca_below(*pair)
-                mine, theirs = lcas[pair]
+                found = lcas.get((own, q))
+                if found is None:
+                    found = lcas[(own, q)] = tree.lca_below(own, q)
+                mine, theirs = found
                 if mine not in mine_ok:
                     mine_ok[mine] = within_fair(mine, need)
                 if mine_ok[mine] and all(ratio(v) > 1.0 for v in theirs):
