@@ -164,6 +164,30 @@ def test_queue_tier_names_the_queue() -> None:
     assert queue_tier(replace(pod, queue="team-a")) == f'queue "team-a": {QUEUES_NOT_ENFORCED}'
 
 
+def test_queue_tier_says_the_queue_quota_once_queues_exist() -> None:
+    from dataclasses import replace
+
+    from kgpu.kube.explain import queue_tier
+    from kgpu.model.queue import QueueSpec
+
+    pod = replace(make_pod().build(), queue="team-a")
+    queues: dict[str, QueueSpec | str] = {
+        "team-a": QueueSpec("team-a", deserved={"gpu": 2000}, limit={"gpu": 4000, "A100": 1000}),
+        "broken": 'Queue broken: spec.limit[gpu] is "x", expected a quantity',
+    }
+    assert queue_tier(pod, queues) == 'queue "team-a": deserved gpu 2, limit gpu 4, A100 1'
+    assert queue_tier(replace(pod, queue="nope"), queues) == (
+        'queue "nope" does not exist: the pod waits until it is created'
+    )
+    assert queue_tier(replace(pod, queue="broken"), queues) == (
+        'queue "broken" cannot be used, so the pod waits: Queue broken: spec.limit[gpu] is "x", '
+        "expected a quantity"
+    )
+    assert queue_tier(replace(pod, queue=""), queues) == (
+        'queue "default" (no queue label): no quota and no limit'
+    )
+
+
 def test_an_empty_cluster_has_no_near_misses(scheduler: Scheduler) -> None:
     answer = explain_pending(ClusterState([]), make_pod().gpus(1).build(), scheduler)
     assert answer.nodes == "0/0 nodes are available."

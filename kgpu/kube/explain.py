@@ -4,7 +4,8 @@ A pending pod's answer comes in tiers, the first that explains it coming first:
 
 1. request: the pod's own request, or what is malformed in it (the conversion error: the
    field, the value and what is expected); nothing below is checked until it can be read;
-2. queue: the pod's queue and quota (queues are not enforced yet: said so);
+2. queue: the pod's queue and its quota and limit (with no Queue object in the cluster,
+   queues hold nothing back: every pod is in the default queue, and that is said);
 3. nodes: the filters' verdicts over all nodes, aggregated as the FailedScheduling event
    says them ("0/4 nodes are available: 3 insufficient GPU, 1 node(s) had no GPU.");
 4. nearest nodes: the nodes that came closest and what each lacks, in numbers
@@ -30,14 +31,19 @@ from kgpu.framework.scheduler import Placement, Scheduler
 from kgpu.kube.allocation import ALLOCATION_ANNOTATION, parse
 from kgpu.kube.convert import ConversionError, object_ref, pod_from_k8s, pod_node_name
 from kgpu.kube.near_miss import NearMiss, cpu_text, gpu_share_text, memory_text, near_misses
+from kgpu.kube.queues import queue_from_k8s
 from kgpu.kube.snapshot import SnapshotBuilder, is_ready
 from kgpu.model.pod import PodSpec
+from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec
+from kgpu.model.resources import show_vector
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.state.cluster import ClusterState
 
-QUEUES_NOT_ENFORCED: Final = "queues are not enforced yet, so no queue or quota holds the pod back"
+QUEUES_NOT_ENFORCED: Final = (
+    "no Queue exists, so every pod is in the default queue and no quota holds it back"
+)
 FINISHED_PHASES: Final = ("Succeeded", "Failed")
 
 Obj = Mapping[str, Any]
@@ -86,18 +92,37 @@ def describe_request(pod: PodSpec) -> str:
     return ", ".join(parts)
 
 
-def queue_tier(pod: PodSpec) -> str:
-    if pod.queue:
-        return f'queue "{pod.queue}": {QUEUES_NOT_ENFORCED}'
-    return f"no queue label (kgpu.io/queue); {QUEUES_NOT_ENFORCED}"
+def queue_tier(pod: PodSpec, queues: Mapping[str, QueueSpec | str] | None = None) -> str:
+    """The pod's queue and its quota. ``queues``: every Queue object by name, read (a
+    QueueSpec) or not (why); None or empty when there is none, and queues are not enforced.
+    A PodGroup's ``spec.queue`` is not read here: the pod's label is what is shown."""
+    if not queues:
+        if pod.queue:
+            return f'queue "{pod.queue}": {QUEUES_NOT_ENFORCED}'
+        return f"no queue label (kgpu.io/queue); {QUEUES_NOT_ENFORCED}"
+    name = pod.queue or DEFAULT_QUEUE
+    found = queues.get(name)
+    if found is None and name == DEFAULT_QUEUE:
+        return f'queue "{name}" (no queue label): no quota and no limit'
+    if found is None:
+        return f'queue "{name}" does not exist: the pod waits until it is created'
+    if isinstance(found, str):
+        return f'queue "{name}" cannot be used, so the pod waits: {found}'
+    deserved, limit = show_vector(dict(found.deserved)), show_vector(dict(found.limit))
+    limit = "no limit" if not found.limit else f"limit {limit}"
+    return f'queue "{name}": deserved {deserved}, {limit}'
 
 
 def explain_pending(
-    state: ClusterState, pod: PodSpec, scheduler: Scheduler, notes: Iterable[str] = ()
+    state: ClusterState,
+    pod: PodSpec,
+    scheduler: Scheduler,
+    notes: Iterable[str] = (),
+    queues: Mapping[str, QueueSpec | str] | None = None,
 ) -> Explanation:
     """Why ``pod`` is not placed in ``state`` (which must not hold the pod itself)."""
     outcome = scheduler.schedule(state, pod)
-    request, queue, notes = describe_request(pod), queue_tier(pod), tuple(notes)
+    request, queue, notes = describe_request(pod), queue_tier(pod, queues), tuple(notes)
     if isinstance(outcome, Placement):
         node = state.nodes[outcome.node].name
         gpus = _gpus_text(outcome.gpus, pod.gpu.milli)
@@ -161,6 +186,7 @@ def explain_object(
     scheduler: Scheduler,
     scheduler_name: str | None,
     notes: Iterable[str] = (),
+    queues: Mapping[str, QueueSpec | str] | None = None,
 ) -> Explanation:
     """The answer for a Pod as the API server returns it, against ``state`` (the cluster
     without this pod, unless it is bound). ``scheduler_name``: note when the pod belongs to
@@ -186,7 +212,7 @@ def explain_object(
             f'spec.schedulerName is "{name or "default-scheduler"}", not "{scheduler_name}": '
             "kgpu does not place this pod; below is what kgpu would see",
         )
-    return explain_pending(state, pod, scheduler, notes)
+    return explain_pending(state, pod, scheduler, notes, queues)
 
 
 def _explain_bound_object(key: str, node: str, obj: Obj, pod: PodSpec) -> Explanation:
@@ -215,6 +241,7 @@ def explain_from_objects(
     pods: list[Obj],
     scheduler_name: str,
     policy: str = "kgpu",
+    queues: Iterable[Obj] = (),
 ) -> Explanation:
     """The answer for ``obj`` (a Pod) in the cluster of ``nodes`` and ``pods`` (API objects),
     as the live scheduler would see it: the same snapshot (Ready nodes only, bound pods of
@@ -233,7 +260,20 @@ def explain_from_objects(
         )
     context = PluginContext(typical_pods=typical_pods(snap.specs))
     scheduler = build_scheduler(load_profile(policy), context)
-    return explain_object(snap.state, obj, scheduler, scheduler_name, notes)
+    return explain_object(snap.state, obj, scheduler, scheduler_name, notes, read_queues(queues))
+
+
+def read_queues(objs: Iterable[Obj]) -> dict[str, QueueSpec | str]:
+    """Queue objects by name: the spec, or why it cannot be used."""
+    out: dict[str, QueueSpec | str] = {}
+    for obj in objs:
+        meta = obj.get("metadata")
+        name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+        try:
+            out[name] = queue_from_k8s(obj)
+        except ConversionError as exc:
+            out[name] = str(exc)
+    return out
 
 
 # ---------------------------------------------------------------------------- live
@@ -252,7 +292,9 @@ def explain_live(
 ) -> Explanation:
     """Read the pod, the Nodes and the unfinished Pods, and explain the pod."""
     obj, nodes, pods = read_cluster(name, namespace, kubeconfig)
-    return explain_from_objects(obj, nodes, pods, scheduler_name, policy)
+    return explain_from_objects(
+        obj, nodes, pods, scheduler_name, policy, list_queues(_api_client(kubeconfig))
+    )
 
 
 REQUEST_TIMEOUT_S: Final = 30
@@ -289,6 +331,23 @@ def read_cluster(
     except HTTPError as exc:
         raise ExplainError(f"cannot reach the API server: {exc}") from exc
     return pod, nodes, pods
+
+
+def list_queues(api: Any) -> list[Obj]:
+    """The kgpu.io Queues; none where the CRD is not installed or cannot be read (the
+    answer then says queues are not enforced, which is what the scheduler does too)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        listed = client.CustomObjectsApi(api).list_cluster_custom_object(
+            "kgpu.io", "v1alpha1", "queues", _request_timeout=REQUEST_TIMEOUT_S
+        )
+    except (ApiException, HTTPError):
+        return []
+    items = listed.get("items") if isinstance(listed, Mapping) else None
+    return [i for i in items or [] if isinstance(i, Mapping)]
 
 
 def _api_client(kubeconfig: str | None) -> Any:

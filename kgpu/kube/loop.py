@@ -7,10 +7,14 @@ A session (on the loop's thread):
    the cache has not shown yet (``assumed``);
 2. take up to ``batch_size`` of our pending pods that are not backing off, highest priority
    first, then oldest;
-3. run the allocate action over them (the same core the simulator runs);
+3. run a session over them, in their jobs and queues (:mod:`kgpu.kube.queue_session`), with
+   the profile's actions (``pluginArgs.session``; by default enqueue, allocate, backfill,
+   reclaim, preempt): the same core the simulator runs;
 4. hand each bind to a pool of binders (:mod:`kgpu.kube.binder`), recording it as assumed
    first, so the next session, which may start while these binds are in flight, counts
-   its resources.
+   its resources; hand each eviction to the same pool (:mod:`kgpu.kube.evictions`);
+5. write the Queue and PodGroup status that changed (:mod:`kgpu.kube.queue_status`) and
+   set the queue metrics.
 
 A binder that fails releases the reservation (the assumed entry goes) and backs the pod
 off exponentially; a pod deleted mid-cycle is released, whether the session sees it gone
@@ -31,7 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kgpu.actions.allocate import Bind, allocate, undo
+from kgpu.actions.allocate import Bind, undo
+from kgpu.actions.run import session_config
 from kgpu.config import load_profile
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
@@ -39,10 +44,15 @@ from kgpu.kube.allocation import render_allocation
 from kgpu.kube.binder import BindOutcome, BindResult, bind_pod
 from kgpu.kube.client import KubeClient
 from kgpu.kube.events import NORMAL, WARNING, EventRecorder
+from kgpu.kube.evictions import Evictor, waiting_message
 from kgpu.kube.informer import Informer
 from kgpu.kube.metrics import SchedulerMetrics
-from kgpu.kube.resources import object_key, resource_version, uid
-from kgpu.kube.snapshot import Assumed, PendingPod, Snapshot, SnapshotBuilder, pod_fields
+from kgpu.kube.queue_session import QueueObjects, QueueReader, assemble
+from kgpu.kube.queue_session import run as run_queue_session
+from kgpu.kube.queue_status import StatusWriter, queue_figures
+from kgpu.kube.resources import meta, object_key, resource_version, uid
+from kgpu.kube.snapshot import Assumed, PendingPod, Problem, Snapshot, SnapshotBuilder, pod_fields
+from kgpu.model.job import JobKey
 from kgpu.model.pod import PodKey
 from kgpu.plugins.fragmentation import TypicalPod, typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
@@ -105,6 +115,8 @@ class SchedulerLoop:
         profile: Profile | None = None,
         synced: Callable[[], bool] | None = None,
         devices: Informer | None = None,
+        queues: Informer | None = None,
+        podgroups: Informer | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -117,6 +129,11 @@ class SchedulerLoop:
         self.config = config or LoopConfig()
         self.is_leader = is_leader
         self.profile = profile or load_profile(self.config.policy)
+        self.session_config = session_config(self.profile)
+        # Queues and PodGroups (absent without the CRDs: every pod is then in "default").
+        self.queues = queues
+        self.podgroups = podgroups
+        self._queue_reader = QueueReader()
         self._synced = synced or (lambda: nodes.synced.is_set() and pods.synced.is_set())
         self._builder = SnapshotBuilder(self.config.scheduler_name)
         self._lock = threading.Lock()
@@ -129,6 +146,11 @@ class SchedulerLoop:
         self._typical: list[TypicalPod] | None = None
         self._scheduler: Scheduler | None = None
         self._pool = ThreadPoolExecutor(self.config.bind_workers, thread_name_prefix="binder")
+        self._status = StatusWriter(client, self._pool.submit)
+        self._evictor = Evictor(client, recorder, self._pool.submit, is_leader)
+        self._decided_generation = -1  # the cluster generation the last session saw
+        self._specs: dict[str, object] = {}  # Queue/PodGroup uid -> what a session reads of it
+        self._group_events: dict[str, str] = {}  # PodGroup key -> last warning said
         # Totals, for benchmarks and logs: binds done, sessions run and their time.
         self.bound = 0
         self.sessions = 0
@@ -136,6 +158,9 @@ class SchedulerLoop:
         self.decide_s = 0.0
         nodes.on_change = self._node_changed
         pods.on_change = self._pod_changed
+        for informer in (queues, podgroups):
+            if informer is not None:
+                informer.on_change = self._queue_changed
 
     # ------------------------------------------------------------------ wake-ups
 
@@ -147,12 +172,25 @@ class SchedulerLoop:
         if kind == "DELETED" or (node and phase in ("Succeeded", "Failed")):
             self._cluster_changed()  # room was freed
         elif scheduler == self.config.scheduler_name and not node:
-            # A new pod, or one that changed; not our own PreBind patch of a pod whose bind
-            # is in flight (a session for each of those would redo the snapshot for nothing).
+            # A new pod, or one that changed; not one whose bind is in flight (a session
+            # for each of those would redo the snapshot for nothing).
             with self._lock:
                 ours = PodKey(object_key(obj)) in self._assumed
             if not ours:
                 self._wake.set()
+
+    def _queue_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Queue or PodGroup whose spec or annotations changed; not our status writes,
+        which would otherwise start a session each, for nothing."""
+        read = (obj.get("spec"), meta(obj).get("annotations"))
+        with self._lock:
+            if kind == "DELETED":
+                self._specs.pop(uid(obj), None)
+            elif self._specs.get(uid(obj)) == read:
+                return
+            else:
+                self._specs[uid(obj)] = read
+        self._cluster_changed()
 
     def _cluster_changed(self) -> None:
         with self._lock:
@@ -202,28 +240,24 @@ class SchedulerLoop:
             else None
         )
         snap = self._builder.build(nodes, pods, assumed, devices)
+        objects = self._queue_reader.read(
+            self.queues.items() if self.queues is not None else (),
+            self.podgroups.items() if self.podgroups is not None else (),
+        )
         stats.snapshot_s = time.perf_counter() - started
-        self._warn(snap)
+        self._warn(snap.problems)
+        self._warn(objects.problems, by_message=True)
         ready = self._ready(snap, generation, now, stats)
         stats.ready = len(ready)
         batch = sorted(ready, key=lambda p: -p.spec.priority)[: self.config.batch_size]
-        if batch:
+        # With nothing to place, a session still runs after a change (pods gone, a queue
+        # edited): queue status and metrics follow what is held.
+        if batch or generation != self._decided_generation or self._status.retry:
+            self._decided_generation = generation
+            self._status.retry = False
             decided = time.perf_counter()
-            scheduler = self._scheduler_for(snap)
-            result = allocate(snap.state, scheduler, [p.spec for p in batch])
+            self._decide(snap, batch, assumed, objects, by_key, generation, now, stats)
             stats.decide_s = time.perf_counter() - decided
-            stats.decided = len(batch)
-            chosen = {p.spec.key: p for p in batch}
-            messages = {e.pod: e.message for e in result.events}
-            for bind in result.binds:
-                self._hand_over(snap, bind, chosen[bind.pod], messages.get(bind.pod, ""))
-                stats.binds += 1
-            for pending in result.pending:
-                code = pending.status.reason_code or "Unschedulable"
-                obj = chosen[pending.pod].obj
-                self._unschedulable(obj, code, pending.message, generation, now)
-                stats.unschedulable += 1
-            self.metrics.attempts.labels("unschedulable").inc(len(result.pending))
         self._count_pending(snap, stats)
         self.sessions += 1
         self.snapshot_s += stats.snapshot_s
@@ -252,11 +286,59 @@ class SchedulerLoop:
             for key in [k for k in table if k not in by_key]:
                 del table[key]
 
-    def _warn(self, snap: Snapshot) -> None:
-        """Warn once per object version about what the snapshot could not read."""
-        for problem in snap.problems:
+    def _decide(
+        self,
+        snap: Snapshot,
+        batch: list[PendingPod],
+        assumed: Mapping[PodKey, Assumed],
+        objects: QueueObjects,
+        by_key: Mapping[str, Mapping[str, Any]],
+        generation: int,
+        now: float,
+        stats: SessionStats,
+    ) -> None:
+        """Run the session over ``batch`` and carry its decisions out."""
+        made = assemble(snap, batch, assumed, objects)
+        scheduler = self._scheduler_for(snap)
+        session = run_queue_session(made.snapshot, scheduler, self.session_config)
+        result = session.result
+        stats.decided = len(batch)
+        chosen = {p.spec.key: p for p in batch}
+        said = {e.pod: e.message for e in result.events if e.reason == "Scheduled"}
+        for bind in result.binds:
+            self._hand_over(snap, bind, chosen[bind.pod], said.get(bind.pod, ""))
+            stats.binds += 1
+        waits = [
+            (p.pod, p.status.reason_code or "Unschedulable", p.message) for p in result.pending
+        ]
+        waits += [
+            (n.pod, "Preempting", waiting_message(n, result.evictions)) for n in result.nominations
+        ]
+        waits += [(key, "InvalidPodGroup", text) for key, text in made.blocked.items()]
+        for key, code, message in waits:
+            if key in chosen:
+                self._unschedulable(chosen[key].obj, code, message, generation, now)
+        stats.unschedulable += len(waits)
+        self.metrics.attempts.labels("unschedulable").inc(len(waits))
+        leader = self.is_leader()
+        if leader and result.evictions:
+            self._evictor.evict(result.evictions, by_key.get)
+        for event in result.events:
+            job = JobKey(event.pod)
+            group = objects.podgroup_objs.get(job) if event.kind == "PodGroup" else None
+            if group is not None and self._group_events.get(event.pod) != event.message:
+                self._group_events[event.pod] = event.message
+                self.recorder.emit(group, event.type, event.reason, event.message)
+        if leader:
+            self._status.write(session, objects, by_key)
+        self.metrics.set_queues(queue_figures(session))
+
+    def _warn(self, problems: list[Problem], *, by_message: bool = False) -> None:
+        """Warn once per object version about what could not be read (``by_message``: once
+        per message, for Queues and PodGroups, whose versions our status writes advance)."""
+        for problem in problems:
             mark = (uid(problem.obj) or object_key(problem.obj), problem.reason)
-            version = resource_version(problem.obj)
+            version = problem.message if by_message else resource_version(problem.obj)
             if self._reported.get(mark) != version:
                 self._reported[mark] = version
                 log.warning("%s", problem.message)

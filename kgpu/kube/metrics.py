@@ -5,8 +5,12 @@
 election round has answered (leader or not: a standby is ready, it just does not bind),
 503 with the list of what is missing before that.
 
-Queue metrics (per-queue allocated, deserved and fair share; per-card figures) come with
-queues and cards in a later issue.
+Queue metrics, set after every session (the leader's; a standby shows the last it had):
+``kgpu_queue_allocated``, ``kgpu_queue_deserved`` and ``kgpu_queue_fair_share`` per queue
+and resource (``cpu`` in cores, ``memory`` in bytes, ``gpu`` in GPUs), and
+``kgpu_queue_card_deserved``, ``..._allocated``, ``..._request`` and ``..._capacity`` per queue
+and card, in cards (Volcano's capacity-card figures). A queue or card that is gone loses its
+series.
 
 Each scheduler gets its own registry, so several can live in one process (the tests run
 two to check leader election).
@@ -15,12 +19,16 @@ two to check leader election).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from kgpu.kube.queue_status import QueueFigures
+from kgpu.model.resources import MEMORY, MILLI
+from kgpu.model.units import MIB
 
 # From 1 ms to about a minute: a session over a large cluster, a pod that waited for room.
 _LATENCY_BUCKETS = (
@@ -47,7 +55,8 @@ class SchedulerMetrics:
         )
         self.attempt_latency = Histogram(
             "kgpu_binding_duration_seconds",
-            "One pod's PreBind annotation patch and Binding, by step",
+            "One pod's bind, by step: check (the read before the Binding, where the API "
+            "server ignores a Binding's preconditions), bind (the Binding with annotations)",
             ["step"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
@@ -69,6 +78,34 @@ class SchedulerMetrics:
         )
         for result in ("scheduled", "unschedulable", "error"):
             self.attempts.labels(result)
+        self.queue = {
+            what: Gauge(
+                f"kgpu_queue_{what}",
+                f"The queue's {text} (cpu in cores, memory in bytes, gpu in GPUs)",
+                ["queue", "resource"],
+                registry=r,
+            )
+            for what, text in (
+                ("allocated", "resources held by its pods"),
+                ("deserved", "quota"),
+                ("fair_share", "fair share as the last session computed it"),
+            )
+        }
+        self.queue_card = {
+            what: Gauge(
+                f"kgpu_queue_card_{what}",
+                f"Cards of the queue: {text}",
+                ["queue", "card"],
+                registry=r,
+            )
+            for what, text in (
+                ("deserved", "its quota"),
+                ("allocated", "held by its pods"),
+                ("request", "held plus asked for by its pending pods"),
+                ("capacity", "its limit, else what the cluster offers"),
+            )
+        }
+        self._queue_series: set[tuple[str, str, str]] = set()  # (kind, queue, resource or card)
 
     def set_pending(self, by_reason: Mapping[str, int]) -> None:
         """Replace the pending gauge's series: reasons that no pod has any more go away."""
@@ -76,8 +113,36 @@ class SchedulerMetrics:
         for reason, count in by_reason.items():
             self.pending.labels(reason).set(count)
 
+    def set_queues(self, figures: Sequence[QueueFigures]) -> None:
+        """Set every queue's series; drop those of queues and cards that are gone."""
+        series: set[tuple[str, str, str]] = set()
+        for f in figures:
+            for what, vec in (("allocated", f.allocated), ("deserved", f.deserved),
+                              ("fair_share", f.fair)):  # fmt: skip
+                for resource, amount in vec.items():
+                    self.queue[what].labels(f.name, resource).set(_base_units(resource, amount))
+                    series.add((what, f.name, resource))
+            for card, c in f.cards.items():
+                for what, amount in (("deserved", c.deserved), ("allocated", c.allocated),
+                                     ("request", c.request), ("capacity", c.capacity)):  # fmt: skip
+                    self.queue_card[what].labels(f.name, card).set(amount / MILLI)
+                    series.add(("card_" + what, f.name, card))
+        for what, queue, name in self._queue_series - series:
+            if what.startswith("card_"):
+                self.queue_card[what.removeprefix("card_")].remove(queue, name)
+            else:
+                self.queue[what].remove(queue, name)
+        self._queue_series = series
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _base_units(resource: str, amount: int) -> float:
+    """Prometheus' base units: cores, bytes, GPUs (the core counts milli and MiB)."""
+    if resource == MEMORY:
+        return float(amount * MIB)
+    return amount / MILLI  # milli-cores and milli-GPUs
 
 
 class HealthServer:

@@ -28,7 +28,7 @@ from kgpu.kube.leader import LeaderElector, LeaseTiming
 from kgpu.kube.loop import LoopConfig, SchedulerLoop
 from kgpu.kube.metrics import HealthServer, SchedulerMetrics
 from kgpu.kube.nodeclaims import NODECLAIMS
-from kgpu.kube.resources import CUSTOM_RESOURCES, DEVICES, NODES, PODS
+from kgpu.kube.resources import CUSTOM_RESOURCES, DEVICES, NODES, PODGROUPS, PODS, QUEUES
 from kgpu.kube.triggers import PRIORITY_CLASSES, render_priority_class
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ class RunningScheduler:
         watch = options.watch_seconds
         self.nodes = Informer(self.client, NODES, watch_seconds=watch)
         self.pods = Informer(self.client, PODS, watch_seconds=watch)
-        # Queues, PodGroups and Devices are cached for the parts that read them; a cluster
-        # without the CRDs is scheduled all the same.
+        # Queues, PodGroups and Devices are cached for the loop's sessions; a cluster
+        # without the CRDs is scheduled all the same (every pod in the default queue).
         self.custom = [
             Informer(self.client, r, optional=True, watch_seconds=watch) for r in CUSTOM_RESOURCES
         ]
@@ -114,6 +114,8 @@ class RunningScheduler:
             is_leader=elector.is_leader if elector is not None else lambda: True,
             synced=self.synced,
             devices=next(i for i in self.custom if i.resource == DEVICES),
+            queues=next(i for i in self.custom if i.resource == QUEUES),
+            podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
         )
         self.autoscaler: Autoscaler | None = None
         self._autoscale: AutoscaleRunner | None = None

@@ -83,6 +83,9 @@ class Snapshot:
     unreadable: list[tuple[Mapping[str, Any], ConversionError]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     specs: list[PodSpec] = field(default_factory=list)  # every readable pod: typical pods
+    # Our readable pods bound to a Ready node and not being deleted: a session's running
+    # tasks (a pod on its way out is no one's victim any more).
+    bound: list[PendingPod] = field(default_factory=list)
     from_annotations: int = 0
     foreign: int = 0
     assumed: int = 0
@@ -189,6 +192,8 @@ class SnapshotBuilder:
                     continue  # on a node that is not Ready (or not there): nothing to share
                 if scheduler == self.scheduler_name and isinstance(spec, PodSpec):
                     ours.append((obj, spec, index))
+                    if not deleting:
+                        snap.bound.append(PendingPod(obj, spec))
                 else:
                     others.append((obj, spec, index))
             elif scheduler == self.scheduler_name and not deleting:

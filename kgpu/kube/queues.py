@@ -1,0 +1,200 @@
+"""Queue and PodGroup custom resources (``kgpu.io/v1alpha1``) into the model's QueueSpec and
+JobSpec, and the job a pod belongs to.
+
+A Queue's amounts are read into the core's units (:mod:`kgpu.model.resources`):
+
+- ``spec.deserved`` / ``spec.limit``: quantities per resource, ``cpu`` (cores: ``"500m"``,
+  ``4``), ``memory`` (bytes: ``"64Gi"``) and ``gpu`` (GPUs: ``2``, ``"1.5"``; also spelled
+  ``nvidia.com/gpu``). Capacities round down, as the node's do.
+- ``spec.cards``: card name to whole ``deserved`` / ``limit`` cards; the annotation
+  ``volcano.sh/card.quota`` sets both for each card it names, and ``spec.cards`` wins.
+- ``spec.overQuotaWeight``: one weight for every resource of the queue.
+- ``spec.parent`` and ``spec.priority`` as they are.
+
+A PodGroup gives ``minMember`` (the gang), ``maxMember`` (an elastic job's bound), the queue,
+its creation time (job order among equals) and its ``volcano.sh/card.request``. Its priority
+is its pods' highest: the API server resolves their PriorityClass into ``spec.priority``.
+
+A pod belongs to the PodGroup its annotation names (``kgpu.io/pod-group``, Volcano's
+``scheduling.k8s.io/group-name`` or KAI's ``pod-group-name``, in its namespace), else it is a
+job of its own. Every malformed field raises :class:`ConversionError` naming the object, the
+field, the value and what was expected; the caller reports it and schedules the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from fractions import Fraction
+from typing import Any, Final
+
+from kgpu.kube.fields import MISSING, ConversionError, Fields
+from kgpu.kube.resources import meta
+from kgpu.kube.triggers import GANG_ANNOTATIONS
+from kgpu.model.card import (
+    QUOTA_ANNOTATION,
+    REQUEST_ANNOTATION,
+    CardError,
+    parse_card_quota,
+    parse_card_request,
+)
+from kgpu.model.job import JobKey, JobSpec
+from kgpu.model.pod import PodSpec
+from kgpu.model.queue import QueueSpec, with_card_quota
+from kgpu.model.resources import CPU, GPU, MEMORY, MILLI
+from kgpu.model.units import MIB, MILLI_PER_CPU, MILLI_PER_GPU
+
+# Names a Queue may give its amounts under, and the model resource each one is.
+RESOURCE_NAMES: Final = {
+    "cpu": CPU,
+    "memory": MEMORY,
+    "gpu": GPU,
+    "nvidia.com/gpu": GPU,
+}
+_EXPECTED_RESOURCE: Final = "one of " + ", ".join(RESOURCE_NAMES) + " (cards go in spec.cards)"
+
+
+def queue_ref(obj: Mapping[str, Any]) -> str:
+    return f"Queue {meta(obj).get('name') or '(no name)'}"
+
+
+def podgroup_ref(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    return f"PodGroup {m.get('namespace') or 'default'}/{m.get('name') or '(no name)'}"
+
+
+def _amount(fields: Fields, resource: str, value: object, field: str) -> int:
+    quantity = fields.quantity(value, field)
+    if resource == CPU:
+        return math.floor(quantity * MILLI_PER_CPU)
+    if resource == MEMORY:
+        return math.floor(quantity / MIB)
+    return math.floor(quantity * MILLI_PER_GPU)
+
+
+def _amounts(fields: Fields, spec: Mapping[str, Any], key: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, value in fields.mapping(spec, key, f"spec.{key}").items():
+        resource = RESOURCE_NAMES.get(str(name))
+        if resource is None:
+            raise fields.fail(f"spec.{key} key {name}", name, _EXPECTED_RESOURCE)
+        out[resource] = _amount(fields, resource, value, f"spec.{key}[{name}]")
+    return out
+
+
+def _whole(fields: Fields, value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise fields.fail(field, value, "a whole number, at least 0")
+    return value
+
+
+def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
+    """A Queue object as the session's QueueSpec (ConversionError if malformed)."""
+    fields = Fields(queue_ref(obj))
+    m = fields.mapping(obj, "metadata", "metadata")
+    name = m.get("name", MISSING)
+    if not isinstance(name, str) or not name:
+        raise fields.fail("metadata.name", name, "a non-empty string")
+    annotations = fields.strings(m, "annotations", "annotation")
+    spec = fields.mapping(obj, "spec", "spec")
+    deserved = _amounts(fields, spec, "deserved")
+    limit = _amounts(fields, spec, "limit")
+    for card, entry in fields.mapping(spec, "cards", "spec.cards").items():
+        field = f"spec.cards[{card}]"
+        if not isinstance(entry, Mapping):
+            raise fields.fail(field, entry, "a mapping with deserved and limit")
+        for what, into in (("deserved", deserved), ("limit", limit)):
+            if entry.get(what) is not None:
+                into[str(card)] = _whole(fields, entry[what], f"{field}.{what}") * MILLI
+    weight = spec.get("overQuotaWeight")
+    weights: dict[str, float] = {}
+    if weight is not None:
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight >= 0:
+            raise fields.fail("spec.overQuotaWeight", weight, "a number of at least 0")
+        weights = dict.fromkeys((CPU, MEMORY, GPU, *deserved, *limit), float(weight))
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise fields.fail("spec.priority", priority, "an integer")
+    queue = QueueSpec(
+        name=name,
+        parent=fields.string(spec, "parent", "spec.parent"),
+        deserved=deserved,
+        limit=limit,
+        over_quota_weight=weights,
+        priority=priority,
+    )
+    text = annotations.get(QUOTA_ANNOTATION)
+    if text is None:
+        return queue
+    try:
+        quota = parse_card_quota(text)
+    except CardError as exc:
+        raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
+    return with_card_quota(queue, quota)
+
+
+def podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
+    """A PodGroup object as the session's JobSpec, priority 0 (see ``with_pods``)."""
+    fields = Fields(podgroup_ref(obj))
+    m = fields.mapping(obj, "metadata", "metadata")
+    name = m.get("name", MISSING)
+    if not isinstance(name, str) or not name:
+        raise fields.fail("metadata.name", name, "a non-empty string")
+    namespace = fields.string(m, "namespace", "metadata.namespace") or "default"
+    annotations = fields.strings(m, "annotations", "annotation")
+    spec = fields.mapping(obj, "spec", "spec")
+    low = spec.get("minMember", 1)
+    if isinstance(low, bool) or not isinstance(low, int) or low < 1:
+        raise fields.fail("spec.minMember", low, "a whole number, at least 1")
+    high = spec.get("maxMember", 0)
+    if isinstance(high, bool) or not isinstance(high, int) or (high and high < low):
+        raise fields.fail("spec.maxMember", high, f"a whole number, at least minMember ({low})")
+    request: dict[tuple[str, ...], int] = {}
+    text = annotations.get(REQUEST_ANNOTATION)
+    if text is not None:
+        try:
+            request = parse_card_request(text)
+        except CardError as exc:
+            raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
+    return JobSpec(
+        key=JobKey(f"{namespace}/{name}"),
+        queue=fields.string(spec, "queue", "spec.queue"),
+        min_member=low,
+        max_member=high,
+        created=timestamp(m.get("creationTimestamp")),
+        card_request=request,
+    )
+
+
+def pod_group_of(pod: PodSpec) -> JobKey:
+    """The PodGroup a pod names, as "namespace/name", or "" if it names none."""
+    name = next((pod.annotations[k] for k in GANG_ANNOTATIONS if pod.annotations.get(k)), "")
+    if not name:
+        return JobKey("")
+    return JobKey(f"{pod.key.split('/', 1)[0]}/{name}")
+
+
+def timestamp(value: object) -> float:
+    """An RFC 3339 time of the API (``creationTimestamp``, ``startTime``) in Unix seconds;
+    0 when absent or unreadable (it only orders equals, so it never blocks anything)."""
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+# ---------------------------------------------------------------------------- back to quantities
+
+
+def quantity_text(resource: str, amount: int) -> str:
+    """A model amount as the Kubernetes quantity a status shows: cpu and gpu ``"1500m"`` or
+    ``"2"``, memory ``"8Gi"`` or ``"1536Mi"``."""
+    if resource == MEMORY:
+        if amount and amount % 1024 == 0:
+            return f"{amount // 1024}Gi"
+        return f"{amount}Mi"
+    whole = Fraction(amount, MILLI)
+    return str(whole.numerator) if whole.denominator == 1 else f"{amount}m"
