@@ -6,10 +6,15 @@ bookmarks (``allowWatchBookmarks``) and the server's ``timeoutSeconds``, 410 Gon
 version older than the kept history (inside the stream as an ERROR event, as the real
 watch cache answers, or as an HTTP 410), create (409 AlreadyExists), JSON merge patch with
 ``metadata.uid`` and ``metadata.resourceVersion`` as preconditions (409), PUT with
-optimistic concurrency (409), delete, ``pods/{name}/binding`` (409 when already bound or
-the uid differs), the ``status`` subresource, core/v1 events, coordination.k8s.io/v1 leases,
-scheduling.k8s.io/v1 priorityclasses, karpenter.sh/v1 nodeclaims (always served), and
-kgpu.io/v1alpha1 custom resources (404 until their CRD is "installed").
+optimistic concurrency (409), delete, ``pods/{name}/binding`` (409 when already bound;
+the Binding's annotations copied onto the pod; its ``metadata.uid`` and
+``metadata.resourceVersion`` preconditions checked as v1.23+ servers do, or ignored as
+v1.20 does with ``binding_preconditions=False``; ``dryRun=All`` stores nothing), the
+``status`` subresource, core/v1 events, coordination.k8s.io/v1 leases,
+scheduling.k8s.io/v1 priorityclasses, karpenter.sh/v1 nodeclaims (always served), what the
+Workspace controller writes (core/v1 services, apps/v1 deployments and statefulsets), and
+kgpu.io/v1alpha1 custom resources and leaderworkerset.x-k8s.io/v1 leaderworkersets (404
+until their CRD is "installed").
 
 Faults on purpose, for the tests to drive:
 
@@ -21,7 +26,8 @@ Faults on purpose, for the tests to drive:
 - ``drop_watches()``: cut every open watch mid-stream, without the closing chunk;
 - ``compact()``: forget the history, so a watch from an older version gets 410.
 
-Every request is logged in ``requests`` (method, path, user agent, status answered).
+The first three never apply to a dry run (``dryRun=All``). Every request is logged in
+``requests`` (method, path, user agent, status answered, query string).
 """
 
 from __future__ import annotations
@@ -54,10 +60,23 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
     ("kgpu.io", "queues"): (False, "Queue", "kgpu.io/v1alpha1"),
     ("kgpu.io", "podgroups"): (True, "PodGroup", "kgpu.io/v1alpha1"),
     ("kgpu.io", "devices"): (False, "Device", "kgpu.io/v1alpha1"),
+    ("kgpu.io", "workspaces"): (True, "Workspace", "kgpu.io/v1alpha1"),
+    # What the Workspace controller renders; LeaderWorkerSets only once "installed".
+    ("", "services"): (True, "Service", "v1"),
+    ("apps", "deployments"): (True, "Deployment", "apps/v1"),
+    ("apps", "statefulsets"): (True, "StatefulSet", "apps/v1"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): (
+        True,
+        "LeaderWorkerSet",
+        "leaderworkerset.x-k8s.io/v1",
+    ),
     ("karpenter.sh", "nodeclaims"): (False, "NodeClaim", "karpenter.sh/v1"),
     ("scheduling.k8s.io", "priorityclasses"): (False, "PriorityClass", "scheduling.k8s.io/v1"),
 }
 CUSTOM = {c for c in RESOURCES if c[0] == "kgpu.io"}
+LWS: Coll = ("leaderworkerset.x-k8s.io", "leaderworkersets")
+# Served only when in ``installed``: kgpu's CRDs, and LeaderWorkerSet's (not kgpu's to install).
+OPTIONAL = {*CUSTOM, LWS}
 
 
 class ApiError(Exception):
@@ -103,6 +122,10 @@ class Fault:
     query: str = ""  # matches only requests whose query string contains this
 
     def matches(self, method: str, path: str, query: str) -> bool:
+        # Never a dry run: the scheduler's dry-run Bindings (learning what the server checks)
+        # must not take the fault a test means for a real Binding.
+        if "dryRun=" in query:
+            return False
         return self.method in ("*", method) and bool(self.path.search(path)) and self.query in query
 
 
@@ -120,6 +143,7 @@ class Logged:
     path: str
     agent: str
     status: int
+    query: str = ""
 
 
 class KubeDouble:
@@ -130,6 +154,7 @@ class KubeDouble:
         bookmark_every: float = 0.3,
         gone_in_stream: bool = True,
         crds: bool = False,
+        binding_preconditions: bool = True,
     ) -> None:
         self._cond = threading.Condition()
         self._rv = 100
@@ -143,6 +168,7 @@ class KubeDouble:
         self.bookmark_every = bookmark_every
         self.gone_in_stream = gone_in_stream
         self.installed: set[Coll] = set(CUSTOM) if crds else set()
+        self.binding_preconditions = binding_preconditions
         self.faults: list[Fault] = []
         self.requests: list[Logged] = []
         self._server = _Server(("127.0.0.1", 0), _handler(self))
@@ -304,7 +330,7 @@ class KubeDouble:
     def handle(self, method: str, route: Route, query: dict[str, str], body: Any) -> Any:
         """One non-watch request: the answer's (code, body)."""
         coll, ns, name, sub = route.coll, route.namespace, route.name, route.sub
-        if coll[0] == "kgpu.io" and coll not in self.installed:
+        if coll in OPTIONAL and coll not in self.installed:
             raise ApiError(404, "NotFound", "404 page not found")
         namespaced = RESOURCES[coll][0]
         with self._cond:
@@ -328,7 +354,7 @@ class KubeDouble:
                 raise ApiError(405, "MethodNotAllowed", method)
             key = _key(ns if namespaced else None, name)
             if sub == "binding" and method == "POST":
-                return 201, self._bind(key, body)
+                return 201, self._bind(key, body, query.get("dryRun") == "All")
             current = objects.get(key)
             if current is None:
                 raise ApiError(404, "NotFound", f'{coll[1]} "{name}" not found')
@@ -391,19 +417,34 @@ class KubeDouble:
             }
         return self._store(coll, key, fresh, "MODIFIED")
 
-    def _bind(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _bind(self, key: str, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+        """As kube-apiserver's BindingREST: preconditions first (v1.23+), then the pod must
+        be unbound; the node is set and the Binding's annotations merged in, in one write."""
         pods = self._objects[("", "pods")]
         pod = pods.get(key)
         if pod is None:
             raise ApiError(404, "NotFound", f'pods "{key}" not found')
-        want_uid = (body.get("metadata") or {}).get("uid")
-        if want_uid and want_uid != pod["metadata"]["uid"]:
-            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+        meta = body.get("metadata") or {}
+        for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            want, have = meta.get(field), pod["metadata"][field]
+            if self.binding_preconditions and want and want != have:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods "{key}": Precondition failed: '
+                    f"{label} in precondition: {want}, {label} in object meta: {have}",
+                )
         node = pod.get("spec", {}).get("nodeName")
         if node:
             raise ApiError(409, "Conflict", f'pod {key} is already assigned to node "{node}"')
+        if dry_run:
+            return status_body(201, "", "")
         bound = copy.deepcopy(pod)
         bound["spec"]["nodeName"] = body["target"]["name"]
+        notes = meta.get("annotations") or {}
+        if notes:
+            had = pod["metadata"].get("annotations") or {}
+            bound["metadata"]["annotations"] = {**had, **notes}
         self._store(("", "pods"), key, bound, "MODIFIED")
         return status_body(201, "", "")
 
@@ -411,7 +452,7 @@ class KubeDouble:
 
     def watch(self, handler: BaseHTTPRequestHandler, route: Route, query: dict[str, str]) -> None:
         coll, ns = route.coll, route.namespace
-        if coll[0] == "kgpu.io" and coll not in self.installed:
+        if coll in OPTIONAL and coll not in self.installed:
             raise ApiError(404, "NotFound", "404 page not found")
         timeout = float(query.get("timeoutSeconds") or 1800)
         bookmarks = query.get("allowWatchBookmarks") == "true"
@@ -571,7 +612,7 @@ def _handler(double: KubeDouble) -> type[BaseHTTPRequestHandler]:
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            logged = Logged(method, url.path, self.headers.get("User-Agent", ""), 0)
+            logged = Logged(method, url.path, self.headers.get("User-Agent", ""), 0, url.query)
             with double._cond:
                 double.requests.append(logged)
             try:

@@ -1,7 +1,8 @@
 """Against a real kube-apiserver (``KGPU_E2E_KUBECONFIG``): the CRDs of ``kgpu manifests
 --crds-only`` are accepted and reject a malformed Queue, the rest of the install passes the
 server's own validation (dry run), and the admission webhook denies a malformed pod with
-our message when the real server calls it over TLS.
+our message when the real server calls it over TLS, and a Workspace that no node group
+fits with KAITO's denial (while one that fits is created).
 
 Everything is named with a per-run suffix and selected by a per-run label, so the test
 shares the server with others; what it creates it deletes (CRDs only if it created them).
@@ -20,9 +21,11 @@ from typing import Any
 
 import pytest
 
+from kgpu.kube.admission import WorkspaceNodes
 from kgpu.kube.certs import generate_tls
 from kgpu.kube.render import InstallOptions, render_objects
 from kgpu.kube.webhook import WebhookServer, tls_context
+from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 
 pytestmark = pytest.mark.e2e
 
@@ -243,6 +246,20 @@ def test_the_rendered_install_passes_the_servers_validation(api: Any, crds: None
 # ---------------------------------------------------------------------------- the webhook
 
 
+class DesignNodes:
+    """The KAITO design's cluster as the webhook's node source. Not Nodes created in the
+    shared server: other tests' schedulers would see them as capacity. (Listing Nodes over
+    HTTP is tested against the API double in test_webhook.py.)"""
+
+    def nodes(self) -> list[Obj]:
+        return [
+            k8s_gpu_node("a100-4-a", "A100", 4, 40960),
+            k8s_gpu_node("a100-4-b", "A100", 4, 40960),
+            k8s_gpu_node("a100-8-a", "A100", 8, 81920),
+            k8s_gpu_node("a10-a", "A10", 1, 24576),
+        ]
+
+
 @pytest.fixture(scope="module")
 def webhook(api: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Our webhook on 127.0.0.1, registered as the install registers it, for this run's
@@ -252,7 +269,10 @@ def webhook(api: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> I
     (folder / "tls.crt").write_bytes(tls.cert_pem)
     (folder / "tls.key").write_bytes(tls.key_pem)
     server = WebhookServer(
-        ("127.0.0.1", 0), tls_context(folder / "tls.crt", folder / "tls.key"), "kgpu-scheduler"
+        ("127.0.0.1", 0),
+        tls_context(folder / "tls.crt", folder / "tls.key"),
+        "kgpu-scheduler",
+        WorkspaceNodes(DesignNodes()),
     )
     thread = server.start_background()
     # The install's own webhooks, called at our address instead of the in-cluster Service,
@@ -361,6 +381,33 @@ def test_the_real_server_denies_a_podgroup_smaller_than_its_gang(api: Any, webho
         'admission webhook "podgroups.kgpu.io" denied the request: '
         f"PodGroup default/pg-{RUN}: spec.maxMember is 2, expected at least minMember (4)",
     )
+
+
+def test_the_real_server_denies_a_workspace_no_node_group_fits(api: Any, webhook: str) -> None:
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{webhook}/workspaces"
+
+    def workspace(name: str, replicas: int) -> Obj:
+        obj = k8s_workspace(name, replicas=replicas)
+        obj["metadata"] = {"name": name, "labels": LABEL}
+        return obj
+
+    code, message = create_until_denied(api, path, workspace(f"ws-big-{RUN}", 3))
+    assert code == 422
+    assert message.startswith(
+        'admission webhook "workspaces.kgpu.io" denied the request: No suitable node group '
+        "found: insufficient capacity or no matching configurations after filtering. "
+        "{A10, 1, 24576} (1 node): NodeGroupSizeFilter: node group had too few nodes"
+    )
+    assert "{A100, 4, 40960} (2 nodes): NodeGroupSizeFilter: " in message
+    created = request(api, "POST", path, workspace(f"ws-{RUN}", 2))
+    try:
+        assert created["inference"]["replicas"] == 2
+        # Raising replicas is an UPDATE: checked for its shape, never placed again.
+        created["inference"]["replicas"] = 3
+        updated = request(api, "PUT", f"{path}/ws-{RUN}", created)
+        assert updated["inference"]["replicas"] == 3
+    finally:
+        request(api, "DELETE", f"{path}/ws-{RUN}")
 
 
 def _merge_patch(api: Any, path: str, patch: Obj) -> Any:

@@ -87,3 +87,29 @@ def test_run_refuses_a_nodepool_it_cannot_use(tmp_path: Path) -> None:
     assert "NodePool p" in result.output
     result = CliRunner().invoke(main, ["run", "--nodepool", str(bad)])
     assert result.exit_code == 2 and "--nodepool goes with --autoscale" in result.output
+
+
+def test_run_starts_the_workspace_controller_unless_told_not_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[RunOptions] = []
+
+    class Captured:
+        def __init__(self, options: RunOptions) -> None:
+            seen.append(options)
+            raise OSError("stopped here")
+
+    monkeypatch.setattr(run, "RunningScheduler", Captured)
+    assert CliRunner().invoke(main, ["run"]).exit_code == 1
+    assert seen[-1].workspaces is not None and seen[-1].workspaces.profile == "byo"
+    assert CliRunner().invoke(main, ["run", "--no-workspaces"]).exit_code == 1
+    assert seen[-1].workspaces is None
+
+
+def test_webhook_refuses_a_kubeconfig_it_cannot_read_nodes_with(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    result = CliRunner().invoke(main, ["webhook", "--kubeconfig", str(config), "--port", "0"])
+    assert result.exit_code == 1
+    assert f"cannot use kubeconfig {config}" in result.output
+    assert "(needed to place Workspaces)" in result.output

@@ -64,6 +64,8 @@ def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> No
         "Deployment",
         "Service",
         "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "Secret",
         "Service",
         "Deployment",
@@ -145,10 +147,14 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         (("",), ("nodes",)): ("get", "list", "watch"),
         (("",), ("events",)): ("create", "patch"),
         (("kgpu.io",), crs): ("get", "list", "watch"),
-        (("kgpu.io",), ("queues/status", "podgroups/status", "workspaces/status")): (
-            "update",
-            "patch",
-        ),
+        (("kgpu.io",), ("queues/status", "podgroups/status")): ("update", "patch"),
+        # the Workspace controller
+        (("kgpu.io",), ("workspaces/status",)): ("patch",),
+        (("kgpu.io",), ("workspaces/finalizers",)): ("update",),
+        (("",), ("services",)): ("list", "create"),
+        (("apps",), ("deployments",)): ("list", "create", "patch"),
+        (("apps",), ("statefulsets",)): ("list", "create", "patch", "delete"),
+        (("leaderworkerset.x-k8s.io",), ("leaderworkersets",)): ("list", "create", "patch"),
         (("scheduling.k8s.io",), ("priorityclasses",)): ("get", "create"),
         (("karpenter.sh",), ("nodeclaims",)): ("get", "list", "watch"),
     }
@@ -240,6 +246,7 @@ def test_webhook_rules(install: list[Obj]) -> None:
             ("scheduling.volcano.sh", ("CREATE", "UPDATE"), "queues"),
         ],
         "podgroups.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "podgroups")],
+        "workspaces.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "workspaces")],
     }
     for hook in config["webhooks"]:
         assert hook["failurePolicy"] == "Ignore"
@@ -252,6 +259,26 @@ def test_webhook_rules(install: list[Obj]) -> None:
     strict = render_objects(InstallOptions(failure_policy="Fail"))
     hooks = by_kind(strict, "ValidatingWebhookConfiguration")[0]["webhooks"]
     assert {w["failurePolicy"] for w in hooks} == {"Fail"}
+    # The same choice when the webhook cannot read the Nodes a Workspace is placed on.
+    args = by_kind(strict, "Deployment")[1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--on-nodes-unavailable=deny" in args
+    args = by_kind(install, "Deployment")[1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--on-nodes-unavailable=admit" in args
+
+
+def test_the_webhook_may_list_nodes_and_nothing_else(install: list[Obj]) -> None:
+    [_, role] = by_kind(install, "ClusterRole")
+    assert role["metadata"]["name"] == "kgpu-scheduler-webhook"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    [_, binding] = by_kind(install, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "kgpu-scheduler-webhook", "namespace": "kgpu-system"}
+    ]
+    # Its pods mount the service account's token, or they could not list.
+    webhook = by_kind(install, "Deployment")[1]["spec"]["template"]["spec"]
+    assert webhook["serviceAccountName"] == "kgpu-scheduler-webhook"
+    assert webhook.get("automountServiceAccountToken", True) is True
 
 
 def test_each_render_makes_a_new_certificate() -> None:

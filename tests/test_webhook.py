@@ -3,6 +3,7 @@ the API server sends them: the verdicts, the exact denial messages, and the HTTP
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import http.client
 import json
@@ -13,30 +14,47 @@ from typing import Any
 
 import pytest
 
+from kgpu.kube.admission import WorkspaceNodes
 from kgpu.kube.certs import generate_tls
+from kgpu.kube.client import KubeClient, Timeouts
 from kgpu.kube.webhook import MAX_BODY, WebhookServer, tls_context
+from kgpu.kube.workspace_nodes import ListedNodes
+from tests.kube_double import KubeDouble
+from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 
 Obj = dict[str, Any]
 SCHEDULER = "kgpu-scheduler"
+
+
+@contextlib.contextmanager
+def serve(
+    folder: Path, workspaces: WorkspaceNodes | None = None
+) -> Iterator[tuple[WebhookServer, ssl.SSLContext]]:
+    tls = generate_tls(["localhost"], ["127.0.0.1"])
+    (folder / "tls.crt").write_bytes(tls.cert_pem)
+    (folder / "tls.key").write_bytes(tls.key_pem)
+    webhook = WebhookServer(
+        ("127.0.0.1", 0),
+        tls_context(folder / "tls.crt", folder / "tls.key"),
+        SCHEDULER,
+        workspaces,
+    )
+    thread = webhook.start_background()
+    client = ssl.create_default_context(cadata=tls.ca_pem.decode())
+    try:
+        yield webhook, client
+    finally:
+        webhook.shutdown()
+        webhook.server_close()
+        thread.join(timeout=5)
 
 
 @pytest.fixture(scope="module")
 def server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[WebhookServer, ssl.SSLContext]]:
-    folder: Path = tmp_path_factory.mktemp("tls")
-    tls = generate_tls(["localhost"], ["127.0.0.1"])
-    (folder / "tls.crt").write_bytes(tls.cert_pem)
-    (folder / "tls.key").write_bytes(tls.key_pem)
-    webhook = WebhookServer(
-        ("127.0.0.1", 0), tls_context(folder / "tls.crt", folder / "tls.key"), SCHEDULER
-    )
-    thread = webhook.start_background()
-    client = ssl.create_default_context(cadata=tls.ca_pem.decode())
-    yield webhook, client
-    webhook.shutdown()
-    webhook.server_close()
-    thread.join(timeout=5)
+    with serve(tmp_path_factory.mktemp("tls")) as served:
+        yield served
 
 
 def connect(server: tuple[WebhookServer, ssl.SSLContext]) -> http.client.HTTPSConnection:
@@ -381,3 +399,163 @@ def test_plain_http_and_untrusted_clients_are_refused(
     untrusting.close()
     # and the server still serves the clients that trust it
     assert post(server, b"{not json")[0] == 400
+
+
+# ---------------------------------------------------------------------------- workspaces
+
+DENIAL = (
+    "No suitable node group found: insufficient capacity or no matching configurations "
+    "after filtering."
+)
+NODES = "/api/v1/nodes"
+
+
+@pytest.fixture
+def double() -> Iterator[KubeDouble]:
+    """The KAITO design's cluster: {A100, 4, 40960}x2, {A100, 8, 81920}x1, {A10, 1, 24576}x1."""
+    with KubeDouble() as d:
+        for node in [
+            k8s_gpu_node("a100-4-a", "A100", 4, 40960),
+            k8s_gpu_node("a100-4-b", "A100", 4, 40960),
+            k8s_gpu_node("a100-8-a", "A100", 8, 81920),
+            k8s_gpu_node("a10-a", "A10", 1, 24576),
+        ]:
+            d.put(node)
+        yield d
+
+
+@contextlib.contextmanager
+def placing(double: KubeDouble, folder: Path, *, deny: bool = False) -> Iterator[Any]:
+    """A webhook that lists the double's Nodes afresh for every review (ttl 0)."""
+    client = KubeClient.from_kubeconfig(
+        double.kubeconfig(folder), timeouts=Timeouts(connect=1.0, request=1.0)
+    )
+    try:
+        with serve(folder, WorkspaceNodes(ListedNodes(client, ttl=0.0), deny)) as served:
+            yield served
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def ws_server(double: KubeDouble, tmp_path: Path) -> Iterator[Any]:
+    with placing(double, tmp_path) as served:
+        yield served
+
+
+def node_lists(double: KubeDouble) -> int:
+    return sum(1 for r in double.requests if r.method == "GET" and r.path == NODES)
+
+
+def test_a_workspace_that_fits_a_node_group_is_allowed(double: KubeDouble, ws_server: Any) -> None:
+    assert admit(ws_server, review(k8s_workspace(replicas=2))) == {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "allowed": True,
+    }
+    assert node_lists(double) == 1
+
+
+def test_a_workspace_no_group_fits_is_denied_with_every_groups_reason(
+    double: KubeDouble, ws_server: Any
+) -> None:
+    response = admit(ws_server, review(k8s_workspace(replicas=3)))
+    too_few = "NodeGroupSizeFilter: node group had too few nodes for the replicas"
+    assert response == {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "allowed": False,
+        "status": {
+            "code": 422,
+            "message": f"{DENIAL} "
+            f"{{A10, 1, 24576}} (1 node): {too_few} "
+            "(3 replicas x 1 node each = 3 nodes needed, 1 eligible); "
+            f"{{A100, 4, 40960}} (2 nodes): {too_few} "
+            "(3 replicas x 1 node each = 3 nodes needed, 2 eligible); "
+            f"{{A100, 8, 81920}} (1 node): {too_few} "
+            "(3 replicas x 1 node each = 3 nodes needed, 1 eligible).",
+        },
+    }
+    # A node joins: the same Workspace now fits.
+    double.put(k8s_gpu_node("a100-4-c", "A100", 4, 40960))
+    assert admit(ws_server, review(k8s_workspace(replicas=3)))["allowed"] is True
+
+
+def test_a_selector_that_leaves_no_node_is_denied(ws_server: Any) -> None:
+    response = admit(ws_server, review(k8s_workspace(match_labels={"apps": "llm"})))
+    message = response["status"]["message"]
+    assert message.startswith(f"{DENIAL} {{A10, 1, 24576}} (1 node): LabelFilter: ")
+
+
+def test_a_malformed_workspace_is_denied_without_reading_nodes(
+    double: KubeDouble, ws_server: Any
+) -> None:
+    response = admit(ws_server, review(k8s_workspace(replicas=0)))
+    assert response["status"] == {
+        "code": 422,
+        "message": "Workspace default/ws: inference.replicas is 0, "
+        "expected a whole number of at least 1",
+    }
+    response = admit(ws_server, review(k8s_workspace(preset="gpt-9")))
+    assert response["status"]["message"].startswith(
+        'Workspace default/ws: inference.preset.name is "gpt-9", expected a known preset ('
+    )
+    assert node_lists(double) == 0
+
+
+def test_an_update_checks_the_shape_and_never_re_places(double: KubeDouble, ws_server: Any) -> None:
+    old = k8s_workspace(replicas=2)
+    # Three replicas fit no group, but the group was chosen at creation: only scaled.
+    grown = k8s_workspace(replicas=3)
+    assert admit(ws_server, review(grown, "UPDATE", old)) == {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "allowed": True,
+    }
+    broken = admit(ws_server, review(k8s_workspace(replicas=0), "UPDATE", old))
+    assert broken["allowed"] is False
+    assert broken["status"]["message"].startswith("Workspace default/ws: inference.replicas is 0")
+    assert node_lists(double) == 0
+
+
+def test_unreadable_nodes_admit_with_a_warning_or_deny_when_told(
+    double: KubeDouble, ws_server: Any, tmp_path: Path
+) -> None:
+    double.fail("GET", f"^{NODES}$", 500)
+    response = admit(ws_server, review(k8s_workspace(replicas=3)))
+    assert response["allowed"] is True
+    [warning] = response["warnings"]
+    assert warning.startswith(
+        "Workspace default/ws: not checked against the cluster's Nodes (cannot list Nodes: "
+    )
+    assert warning.endswith(
+        "the Workspace controller will place it or say why not in its NodeGroupSelected condition"
+    )
+    # A malformed Workspace is denied all the same: its shape needs no Nodes.
+    assert admit(ws_server, review(k8s_workspace(replicas=0)))["allowed"] is False
+
+    strict_folder = tmp_path / "strict"
+    strict_folder.mkdir()
+    with placing(double, strict_folder, deny=True) as server:
+        double.fail("GET", f"^{NODES}$", 500)
+        response = admit(server, review(k8s_workspace(replicas=2)))
+        assert response["allowed"] is False
+        assert response["status"]["code"] == 503
+        assert response["status"]["message"].endswith(
+            "denied because the webhook admits nothing it cannot check; try again"
+        )
+        # The failure is not remembered: the next review lists again and is placed.
+        assert admit(server, review(k8s_workspace(replicas=2)))["allowed"] is True
+
+
+def test_a_burst_of_workspaces_costs_one_node_list(double: KubeDouble, tmp_path: Path) -> None:
+    now = [0.0]
+    client = KubeClient.from_kubeconfig(double.kubeconfig(tmp_path))
+    nodes = ListedNodes(client, ttl=5.0, clock=lambda: now[0])
+    try:
+        assert len(nodes.nodes()) == 4
+        double.put(k8s_gpu_node("a100-4-c", "A100", 4, 40960))
+        now[0] = 4.9
+        assert len(nodes.nodes()) == 4  # kept: a list this young places as well
+        now[0] = 5.0
+        assert len(nodes.nodes()) == 5
+        assert nodes.lists == node_lists(double) == 2
+    finally:
+        client.close()

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-import tests.kube_double as kube_double
 from kgpu.framework.group_scheduler import DENIAL
 from kgpu.kube.client import KubeClient
 from kgpu.kube.workspace_admission import group_scheduler
@@ -20,26 +19,11 @@ from kgpu.kube.workspace_controller import (
     reconcile,
 )
 from kgpu.kube.workspace_render import MultiNode
-from tests.kube_double import KubeDouble
+from tests.kube_double import LWS, KubeDouble
 from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 
 Obj = dict[str, Any]
 NOW = "2025-09-03T00:00:00Z"
-
-# What the double must serve beyond its own table for a Workspace controller.
-WORKSPACE_COLLS = {
-    ("kgpu.io", "workspaces"): (True, "Workspace", "kgpu.io/v1alpha1"),
-    ("", "services"): (True, "Service", "v1"),
-    ("apps", "deployments"): (True, "Deployment", "apps/v1"),
-    ("apps", "statefulsets"): (True, "StatefulSet", "apps/v1"),
-}
-LWS_COLL = {
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): (
-        True,
-        "LeaderWorkerSet",
-        "leaderworkerset.x-k8s.io/v1",
-    )
-}
 
 
 def design_nodes() -> list[Obj]:
@@ -103,12 +87,8 @@ def test_nap_waits_for_nodes_to_be_provisioned() -> None:
 
 
 @pytest.fixture
-def double(monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeDouble]:
-    # The double is table-driven: serving more kinds is more rows (restored after the test).
-    for coll, row in WORKSPACE_COLLS.items():
-        monkeypatch.setitem(kube_double.RESOURCES, coll, row)
-    with KubeDouble() as d:
-        d.installed.add(("kgpu.io", "workspaces"))
+def double() -> Iterator[KubeDouble]:
+    with KubeDouble(crds=True) as d:
         for node in design_nodes():
             d.put(node)
         yield d
@@ -199,13 +179,9 @@ def test_spanning_replicas_get_stateful_sets_and_scale_down_deletes_one(
     assert [o["metadata"]["name"] for o in double.objects("statefulsets")] == ["ws-0"]
 
 
-def test_a_leader_worker_set_when_its_crd_is_installed(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    for coll, row in {**WORKSPACE_COLLS, **LWS_COLL}.items():
-        monkeypatch.setitem(kube_double.RESOURCES, coll, row)
-    with KubeDouble() as d:
-        d.installed.add(("kgpu.io", "workspaces"))
+def test_a_leader_worker_set_when_its_crd_is_installed(tmp_path: Path) -> None:
+    with KubeDouble(crds=True) as d:
+        d.installed.add(LWS)
         for node in design_nodes():
             d.put(node)
         d.put(k8s_workspace(replicas=1, preset=None, memory="200Gi"))

@@ -73,8 +73,29 @@ def manifests(
 @click.option("--cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="where Workspaces' Nodes are read; default: the pod's service account, "
+    "else $KUBECONFIG or ~/.kube/config",
+)
+@click.option(
+    "--on-nodes-unavailable",
+    type=click.Choice(["admit", "deny"]),
+    default="admit",
+    show_default=True,
+    help="a Workspace's CREATE when the Nodes cannot be read: admit it with a warning "
+    "(the controller still places it or says why not) or deny it",
+)
 def webhook(
-    address: str, port: int, cert: Path | None, key: Path | None, scheduler_name: str
+    address: str,
+    port: int,
+    cert: Path | None,
+    key: Path | None,
+    scheduler_name: str,
+    kubeconfig: str | None,
+    on_nodes_unavailable: str,
 ) -> None:
     """Serve the admission webhook (POST /validate, GET /healthz) over HTTPS.
 
@@ -84,12 +105,21 @@ def webhook(
     import signal
     import tempfile
 
+    from kgpu.kube.admission import WorkspaceNodes
     from kgpu.kube.certs import generate_tls
+    from kgpu.kube.errors import KubeError
     from kgpu.kube.render import WEBHOOK_PATH
     from kgpu.kube.webhook import WebhookServer, tls_context
+    from kgpu.kube.workspace_nodes import ListedNodes
 
     if (cert is None) != (key is None):
         raise click.UsageError("--cert and --key go together")
+    try:
+        # Nothing connects yet: a kubeconfig that cannot be used fails before serving.
+        nodes = ListedNodes.from_kubeconfig(kubeconfig)
+    except KubeError as exc:
+        raise click.ClickException(f"{exc} (needed to place Workspaces)") from exc
+    workspaces = WorkspaceNodes(nodes, deny_when_unavailable=on_nodes_unavailable == "deny")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if cert is None or key is None:
         folder = Path(tempfile.mkdtemp(prefix="kgpu-webhook-"))
@@ -101,7 +131,7 @@ def webhook(
         key.write_bytes(tls.key_pem)
         click.echo(f"no --cert/--key: a throwaway certificate; its CA is {folder / 'ca.crt'}")
     try:
-        server = WebhookServer((address, port), tls_context(cert, key), scheduler_name)
+        server = WebhookServer((address, port), tls_context(cert, key), scheduler_name, workspaces)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot serve on {address}:{port}: {exc}") from exc
 
@@ -116,6 +146,7 @@ def webhook(
         pass
     finally:
         server.server_close()
+        nodes.close()
 
 
 @click.command()
@@ -192,6 +223,13 @@ def explain(
     show_default=True,
     help="with --autoscale: where trigger pods are created",
 )
+@click.option(
+    "--workspaces/--no-workspaces",
+    default=True,
+    show_default=True,
+    help="run the Workspace controller: each kgpu.io Workspace into its inference "
+    "workload on one node group (docs/WORKSPACES.md)",
+)
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level")
 def run_scheduler(
     kubeconfig: str | None,
@@ -204,6 +242,7 @@ def run_scheduler(
     nodepool: Path | None,
     gpu_memory_to_fraction_ratio: float,
     trigger_namespace: str,
+    workspaces: bool,
     verbose: bool,
 ) -> None:
     """Schedule the pods whose spec.schedulerName is SCHEDULER_NAME in a live cluster,
@@ -220,6 +259,7 @@ def run_scheduler(
     from kgpu.kube.nodeclaims import NodePoolError
     from kgpu.kube.run import RunningScheduler, RunOptions
     from kgpu.kube.triggers import TriggerPodConfig
+    from kgpu.kube.workspace_runner import WorkspaceRunOptions
     from kgpu.sim.autoscale_run import load_nodepools
 
     if nodepool is not None and not autoscale:
@@ -246,6 +286,7 @@ def run_scheduler(
                 leader_elect=leader_elect,
                 lease_namespace=namespace_for_lease,
                 autoscale=scaling,
+                workspaces=WorkspaceRunOptions() if workspaces else None,
             )
         )
     except (ProfileError, NodePoolError, KubeError, OSError) as exc:

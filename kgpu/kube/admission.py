@@ -12,11 +12,24 @@ expected (the messages of :class:`kgpu.kube.convert.ConversionError`):
   object of card name to a whole number of cards; a card's ``limit`` is not below its
   ``deserved``.
 - PodGroups: ``spec.maxMember`` is not below ``spec.minMember``.
+- Workspaces: their shape (:func:`kgpu.kube.workspace_admission.workspace_from_k8s`) on
+  CREATE and UPDATE; on CREATE only, also that some node group of the cluster fits them
+  (:func:`kgpu.kube.workspace_admission.validate_workspace`), denied with KAITO's "No
+  suitable node group found: ..." and every group's reason. An UPDATE never re-places: the
+  group is chosen once, at creation, and raising replicas later only scales the workload.
 
 Everything else is allowed. An UPDATE is denied only when it breaks an object that was
 valid: an object admitted before the webhook was installed may still be relabelled, or have
 its finalizers removed so that it can be deleted; such an update is allowed with a warning.
 (The install registers pods for CREATE only; see :mod:`kgpu.kube.render`.)
+
+When the Nodes cannot be read, a Workspace's CREATE is admitted with a warning, unless
+:class:`WorkspaceNodes` says to deny: the default matches the install's default
+``failurePolicy: Ignore``, under which the API server admits everything when the webhook
+itself is down, so failing closed on a slow Node list alone would buy nothing; and an
+admitted Workspace that fits nowhere is not lost, the controller reports it in its
+``NodeGroupSelected`` condition and retries. An install with ``failurePolicy: Fail`` asks
+that nothing unchecked be admitted, and runs the webhook with ``deny_when_unavailable``.
 """
 
 from __future__ import annotations
@@ -24,14 +37,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from kgpu.kube.convert import ConversionError, pod_from_k8s, show
+from kgpu.kube.workspace_admission import validate_workspace, workspace_from_k8s
+from kgpu.kube.workspace_nodes import NodeSource, NodesUnavailable
 
 CARD_QUOTA_ANNOTATION: Final = "volcano.sh/card.quota"
 GPU_MEMORY_ANNOTATION: Final = "gpu-memory"
 REVIEW_API: Final = "admission.k8s.io/v1"
 DENIED_CODE: Final = 422  # what the API server answers for objects its own schema rejects
+UNAVAILABLE_CODE: Final = 503  # not the object's fault: the same request may pass later
 _WHOLE: Final = re.compile(r"[0-9]+")
 
 Obj = Mapping[str, Any]
@@ -41,8 +58,21 @@ class ReviewError(ValueError):
     """A request that is not an AdmissionReview v1 (answered with HTTP 400)."""
 
 
-def review(body: object, scheduler_name: str) -> dict[str, Any]:
-    """The AdmissionReview answering ``body`` (an AdmissionReview v1 request)."""
+@dataclass(frozen=True, slots=True)
+class WorkspaceNodes:
+    """Where a Workspace's CREATE finds the Nodes to be placed on, and whether to deny it
+    (rather than admit it with a warning) when they cannot be read."""
+
+    source: NodeSource
+    deny_when_unavailable: bool = False
+
+
+def review(
+    body: object, scheduler_name: str, workspaces: WorkspaceNodes | None = None
+) -> dict[str, Any]:
+    """The AdmissionReview answering ``body`` (an AdmissionReview v1 request).
+
+    Without ``workspaces`` a Workspace is checked for its shape only."""
     if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
         raise ReviewError("expected a JSON AdmissionReview")
     if body.get("apiVersion") != REVIEW_API:
@@ -64,15 +94,52 @@ def review(body: object, scheduler_name: str) -> dict[str, Any]:
         else:
             response["allowed"] = False
             response["status"] = {"code": DENIED_CODE, "message": problem}
+    elif (
+        _kind(request) == "Workspace"
+        and request.get("operation") == "CREATE"
+        and isinstance(request.get("object"), Mapping)
+        and workspaces is not None
+    ):
+        _place(response, _named(request["object"], request), workspaces)
     return {"apiVersion": REVIEW_API, "kind": "AdmissionReview", "response": response}
+
+
+def _kind(request: Obj) -> object:
+    kind = request.get("kind")
+    return kind.get("kind") if isinstance(kind, Mapping) else None
+
+
+def _place(response: dict[str, Any], obj: Obj, workspaces: WorkspaceNodes) -> None:
+    """Deny a well-formed Workspace that no node group fits (see the module's docstring
+    for when the Nodes cannot be read)."""
+    ref = _ref("Workspace", obj)
+    try:
+        nodes = workspaces.source.nodes()
+    except NodesUnavailable as exc:
+        if workspaces.deny_when_unavailable:
+            response["allowed"] = False
+            response["status"] = {
+                "code": UNAVAILABLE_CODE,
+                "message": f"{ref}: not checked against the cluster's Nodes ({exc}); "
+                "denied because the webhook admits nothing it cannot check; try again",
+            }
+        else:
+            response["warnings"] = [
+                f"{ref}: not checked against the cluster's Nodes ({exc}); the Workspace "
+                "controller will place it or say why not in its NodeGroupSelected condition"
+            ]
+        return
+    allowed, message = validate_workspace(obj, nodes)
+    if not allowed:
+        response["allowed"] = False
+        response["status"] = {"code": DENIED_CODE, "message": message}
 
 
 def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:
     """What is wrong with ``obj`` (the request's object or old object), or None."""
     if not isinstance(obj, Mapping):
         return None  # DELETE and CONNECT carry none; nothing to judge
-    kind = request.get("kind")
-    kind = kind.get("kind") if isinstance(kind, Mapping) else None
+    kind = _kind(request)
     obj = _named(obj, request)
     if kind == "Pod":
         return pod_problem(obj, scheduler_name)
@@ -80,6 +147,8 @@ def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:
         return queue_problem(obj)
     if kind == "PodGroup":
         return podgroup_problem(obj)
+    if kind == "Workspace":
+        return workspace_problem(obj)
     return None
 
 
@@ -189,4 +258,13 @@ def podgroup_problem(obj: Obj) -> str | None:
                 _ref("PodGroup", obj), "spec.maxMember", high, f"at least minMember ({low})"
             )
         )
+    return None
+
+
+def workspace_problem(obj: Obj) -> str | None:
+    """A Workspace's shape: selector, replicas, preset or GPU memory (not its placement)."""
+    try:
+        workspace_from_k8s(obj)
+    except ConversionError as exc:
+        return str(exc)
     return None

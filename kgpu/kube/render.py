@@ -17,7 +17,8 @@ What each option of :class:`InstallOptions` (``kgpu manifests`` flag) sets:
 - ``failure_policy`` (``--webhook-failure-policy``, default Ignore): what the API server does
   when the webhook cannot be reached. Ignore keeps pods flowing while the webhook restarts
   (a malformed pod then pends with the same message as an event); Fail guarantees that no
-  malformed pod is admitted.
+  malformed pod is admitted. The webhook follows the same choice when it cannot read the
+  Nodes a new Workspace is placed on (``kgpu webhook --on-nodes-unavailable``).
 - ``replicas`` (``--replicas``, default 2): scheduler replicas; one leads, the others wait on
   the Lease, so a lost node costs seconds of scheduling, not a reschedule of the scheduler.
 - ``crds_only`` (``--crds-only``): just the four CRDs (for ``kgpu run --kubeconfig`` from a
@@ -103,12 +104,15 @@ def scheduler_args(opts: InstallOptions) -> list[str]:
 
 
 def webhook_args(opts: InstallOptions) -> list[str]:
+    """``kgpu webhook`` in the cluster; it reads Nodes (for Workspaces) as its service account."""
+    unavailable = "deny" if opts.failure_policy == "Fail" else "admit"
     return [
         "webhook",
         f"--port={WEBHOOK_PORT}",
         f"--cert={TLS_DIR}/tls.crt",
         f"--key={TLS_DIR}/tls.key",
         f"--scheduler-name={opts.scheduler_name}",
+        f"--on-nodes-unavailable={unavailable}",
     ]
 
 
@@ -175,9 +179,10 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
 
 def _scheduler_rules() -> list[Obj]:
     """Only what ``kgpu run`` does: read and annotate pods, bind them, read nodes, record
-    events, read kgpu's custom resources and write the status of those it reports on; with
-    ``--autoscale``, create and delete trigger pods, install their PriorityClass and read
-    Karpenter's NodeClaims."""
+    events, read kgpu's custom resources and write the status of those it reports on; run
+    the Workspace controller (:mod:`kgpu.kube.workspace_controller`); with ``--autoscale``,
+    create and delete trigger pods, install their PriorityClass and read Karpenter's
+    NodeClaims."""
     crs = ["queues", "podgroups", "devices", "workspaces"]
     return [
         # create and delete: --autoscale's trigger pods (cluster-wide: their namespace is an
@@ -188,9 +193,19 @@ def _scheduler_rules() -> list[Obj]:
         # core/v1 Events: what `kubectl describe` shows on every version; patch counts repeats
         _rule([""], ["events"], ["create", "patch"]),
         _rule([GROUP], crs, ["get", "list", "watch"]),
-        _rule(
-            [GROUP], ["queues/status", "podgroups/status", "workspaces/status"], ["update", "patch"]
-        ),
+        _rule([GROUP], ["queues/status", "podgroups/status"], ["update", "patch"]),
+        # The Workspace controller: it finds a workspace's workload by listing with a label
+        # selector, creates what is missing, patches replicas to scale, deletes the
+        # StatefulSets of replicas scaled away, and patches the Workspace's status. Whether
+        # the LeaderWorkerSet CRD is installed it learns by listing LeaderWorkerSets.
+        _rule([GROUP], ["workspaces/status"], ["patch"]),
+        # The workload's owner reference blocks the Workspace's deletion until it is gone;
+        # where OwnerReferencesPermissionEnforcement is on, that takes update on finalizers.
+        _rule([GROUP], ["workspaces/finalizers"], ["update"]),
+        _rule([""], ["services"], ["list", "create"]),
+        _rule(["apps"], ["deployments"], ["list", "create", "patch"]),
+        _rule(["apps"], ["statefulsets"], ["list", "create", "patch", "delete"]),
+        _rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], ["list", "create", "patch"]),
         # --autoscale: the trigger pods' PriorityClass, installed at start; Karpenter's
         # NodeClaims, read to follow each trigger's node.
         _rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "create"]),
@@ -285,8 +300,6 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     secret = f"{name}-tls"
     pod_spec: Obj = {
         "serviceAccountName": name,
-        # The webhook reads nothing from the API server.
-        "automountServiceAccountToken": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532},
         "containers": [
             {
@@ -318,6 +331,8 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     }
     skip = {"matchExpressions": [{"key": SKIP_LABEL, "operator": "NotIn", "values": ["skip"]}]}
     ops = ["CREATE", "UPDATE"]
+    rbac = "rbac.authorization.k8s.io"
+    cluster_meta = _meta(opts, name, "webhook", namespaced=False)
     webhooks = [
         {
             **_hook("pods.kgpu.io", client, opts.failure_policy),
@@ -340,13 +355,29 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
             "namespaceSelector": skip,
             "rules": [_webhook_rule(GROUP, VERSION, ops, "podgroups")],
         },
+        {
+            **_hook("workspaces.kgpu.io", client, opts.failure_policy),
+            "namespaceSelector": skip,
+            # CREATE is placed on a node group; UPDATE is checked for its shape only (the
+            # group is chosen once, at creation).
+            "rules": [_webhook_rule(GROUP, VERSION, ops, "workspaces")],
+        },
     ]
     return [
+        # Its token lists Nodes (to place Workspaces) and nothing else.
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": meta,
-            "automountServiceAccountToken": False,
+            "apiVersion": f"{rbac}/v1",
+            "kind": "ClusterRole",
+            "metadata": cluster_meta,
+            "rules": [_rule([""], ["nodes"], ["list"])],
+        },
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": cluster_meta,
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}],
         },
         {
             "apiVersion": "v1",

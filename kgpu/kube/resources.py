@@ -50,6 +50,8 @@ QUEUES: Final = Resource(CRD_GROUP, CRD_VERSION, "queues", "Queue", namespaced=F
 PODGROUPS: Final = Resource(CRD_GROUP, CRD_VERSION, "podgroups", "PodGroup", namespaced=True)
 DEVICES: Final = Resource(CRD_GROUP, CRD_VERSION, "devices", "Device", namespaced=False)
 CUSTOM_RESOURCES: Final = (QUEUES, PODGROUPS, DEVICES)
+# Cached by the Workspace controller's runner (kgpu.kube.workspace_runner), not the loop.
+WORKSPACES: Final = Resource(CRD_GROUP, CRD_VERSION, "workspaces", "Workspace", namespaced=True)
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -9,6 +9,9 @@ With ``RunOptions.autoscale`` set (``kgpu run --autoscale``), Karpenter's NodeCl
 cached too (a cluster without Karpenter reads as none) and the autoscaler
 (:mod:`kgpu.kube.autoscaler`) runs on its own thread, on the leader only, once the caches
 have synced; it installs the trigger pods' PriorityClass before its first round.
+
+The Workspace controller (:mod:`kgpu.kube.workspace_runner`) runs on its own thread too, on
+the leader only, once the Node cache has listed; ``RunOptions.workspaces`` None turns it off.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from kgpu.kube.metrics import HealthServer, SchedulerMetrics
 from kgpu.kube.nodeclaims import NODECLAIMS
 from kgpu.kube.resources import CUSTOM_RESOURCES, DEVICES, NODES, PODGROUPS, PODS, QUEUES
 from kgpu.kube.triggers import PRIORITY_CLASSES, render_priority_class
+from kgpu.kube.workspace_runner import WorkspaceRunner, WorkspaceRunOptions
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,8 @@ class RunOptions:
     event_workers: int = 2
     # None: no autoscaling. Its scheduler_name is replaced by the loop's.
     autoscale: AutoscaleOptions | None = None
+    # None: no Workspace controller (`kgpu run --no-workspaces`).
+    workspaces: WorkspaceRunOptions | None = field(default_factory=WorkspaceRunOptions)
 
 
 class RunningScheduler:
@@ -117,6 +123,16 @@ class RunningScheduler:
             queues=next(i for i in self.custom if i.resource == QUEUES),
             podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
         )
+        self.workspaces: WorkspaceRunner | None = None
+        if options.workspaces is not None:
+            leads = elector.is_leader if elector is not None else lambda: True
+            self.workspaces = WorkspaceRunner(
+                self.client,
+                options.workspaces,
+                ready=lambda: self.nodes.synced.is_set() and leads(),
+                nodes=self.nodes.items,
+                watch_seconds=watch,
+            )
         self.autoscaler: Autoscaler | None = None
         self._autoscale: AutoscaleRunner | None = None
         self._priority_class_done = False
@@ -197,6 +213,8 @@ class RunningScheduler:
         self._thread.start()
         if self._autoscale is not None:
             self._autoscale.start()
+        if self.workspaces is not None:
+            self.workspaces.start()
         log.info(
             "kgpu scheduler %s (%s) started; metrics on port %s",
             self.options.scheduler_name,
@@ -210,6 +228,8 @@ class RunningScheduler:
         self._stop.set()
         if self._autoscale is not None:
             self._autoscale.stop()
+        if self.workspaces is not None:
+            self.workspaces.stop()
         if self._thread.is_alive():
             self._thread.join(10.0)
         self.loop.close()

@@ -2,7 +2,9 @@
 
 ``POST /validate`` takes an AdmissionReview v1 and answers with the verdict of
 :func:`kgpu.kube.admission.review`; ``GET /healthz`` answers "ok" for probes. The API server
-appends ``?timeout=10s`` to the path; the query is ignored.
+appends ``?timeout=10s`` to the path; the query is ignored. A Workspace's CREATE reads the
+cluster's Nodes (``workspaces``, see :mod:`kgpu.kube.workspace_nodes`), within the hook's
+timeout.
 
 The standard library's threading HTTP server, one thread per connection: admission traffic
 is a few requests per pod created, and each verdict takes microseconds. The TLS handshake
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from kgpu.kube.admission import ReviewError, review
+from kgpu.kube.admission import ReviewError, WorkspaceNodes, review
 from kgpu.kube.render import WEBHOOK_PATH
 
 log = logging.getLogger("kgpu.webhook")
@@ -44,10 +46,15 @@ class WebhookServer(ThreadingHTTPServer):
     daemon_threads = True  # a hung client never keeps the process from exiting
 
     def __init__(
-        self, address: tuple[str, int], context: ssl.SSLContext, scheduler_name: str
+        self,
+        address: tuple[str, int],
+        context: ssl.SSLContext,
+        scheduler_name: str,
+        workspaces: WorkspaceNodes | None = None,
     ) -> None:
         super().__init__(address, _Handler)
         self.scheduler_name = scheduler_name
+        self.workspaces = workspaces
         self.socket = context.wrap_socket(
             self.socket, server_side=True, do_handshake_on_connect=False
         )
@@ -93,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(length)
         try:
-            answer = review(json.loads(body), self.server.scheduler_name)
+            answer = review(json.loads(body), self.server.scheduler_name, self.server.workspaces)
         except (ValueError, ReviewError) as exc:  # JSONDecodeError is a ValueError
             message = str(exc) if isinstance(exc, ReviewError) else "body is not JSON"
             self._send(HTTPStatus.BAD_REQUEST, f"{message}\n".encode(), "text/plain")
@@ -101,6 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
         response = answer["response"]
         if not response["allowed"]:
             log.info("denied %s", response["status"]["message"])
+        for warning in response.get("warnings", ()):
+            log.info("admitted with a warning: %s", warning)
         self._send(HTTPStatus.OK, json.dumps(answer).encode(), "application/json")
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:

@@ -36,7 +36,7 @@ from kgpu.framework.groups import NodeGroupKey
 from kgpu.kube.client import KubeClient
 from kgpu.kube.convert import ConversionError
 from kgpu.kube.errors import Conflict, NotFound
-from kgpu.kube.resources import NODES, Resource
+from kgpu.kube.resources import NODES, WORKSPACES, Resource
 from kgpu.kube.workspace_admission import group_scheduler, grouping_from_k8s, workspace_from_k8s
 from kgpu.kube.workspace_render import (
     NODE_GROUP_ANNOTATION,
@@ -53,7 +53,6 @@ from kgpu.plugins.node_groups import place_workspace, restore_placement
 
 Obj = dict[str, Any]
 
-WORKSPACES: Final = Resource("kgpu.io", "v1alpha1", "workspaces", "Workspace", namespaced=True)
 SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=True)
 DEPLOYMENTS: Final = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 STATEFULSETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
@@ -238,6 +237,8 @@ class WorkspaceController:
     """Carries out :func:`reconcile` against the API server, one Workspace at a time.
 
     ``multi_node`` None: a LeaderWorkerSet when its CRD is installed, else StatefulSets.
+    ``nodes`` None: Nodes are listed from the API server when a Workspace is placed; ``kgpu
+    run`` passes its Node cache instead.
     """
 
     def __init__(
@@ -248,8 +249,10 @@ class WorkspaceController:
         options: RenderOptions | None = None,
         multi_node: MultiNode | None = None,
         clock: Callable[[], float] = time.time,
+        nodes: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.client = client
+        self.nodes = nodes
         self.scheduler = group_scheduler(profile)
         self.options = options or RenderOptions()
         self.multi_node = multi_node
@@ -290,7 +293,9 @@ class WorkspaceController:
         except NotFound:
             return None  # deleted: its workload goes with it (owner references)
         existing = self._workload(namespace, name)
-        nodes = [] if _stored_group(workspace, existing) else self.client.list(NODES).items
+        nodes: Sequence[Mapping[str, Any]] = []
+        if _stored_group(workspace, existing) is None:
+            nodes = self.nodes() if self.nodes is not None else self.client.list(NODES).items
         out = reconcile(
             workspace, nodes, existing, _iso(self.clock()), self.scheduler, self._options()
         )
