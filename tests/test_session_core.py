@@ -8,7 +8,8 @@ import pytest
 
 from kgpu.actions.allocate import Allocate
 from kgpu.config import load_profile
-from kgpu.framework.session import Session, Statement
+from kgpu.framework.session import Session
+from kgpu.framework.statement import Statement
 from kgpu.framework.status import Code, Status
 from kgpu.model.job import JobInfo, Task
 from kgpu.model.queue import QueueSpec

@@ -15,7 +15,8 @@ import numpy as np
 
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Outcome, Placement, Unschedulable
-from kgpu.framework.session import Session, Statement
+from kgpu.framework.session import Session
+from kgpu.framework.statement import Statement
 from kgpu.framework.status import Status
 from kgpu.model.card import REPLICAS_LABEL, card_product, mps_replicas
 from kgpu.model.job import Task

@@ -23,7 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kgpu.actions.placement import Option, Placer
-from kgpu.framework.session import Session, Statement
+from kgpu.framework.session import Session
+from kgpu.framework.statement import Statement
 from kgpu.model.job import JobInfo, Task
 from kgpu.model.pod import PodSpec
 from kgpu.model.resources import Vector

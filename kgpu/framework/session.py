@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from kgpu.framework.charges import GpuCharges
 from kgpu.framework.scheduler import Scheduler
+from kgpu.framework.statement import Op, Statement
 from kgpu.framework.status import Code, Status
 from kgpu.model.card import NAME_ANNOTATION, card_units, node_cards
 from kgpu.model.decision import Bind, Event, Evict, Nomination
@@ -129,69 +130,6 @@ def quota_status(short: Shortfall) -> Status:
     return Status(Code.UNSCHEDULABLE, (short.message,), "queue", short.code)
 
 
-@dataclass(slots=True)
-class _Op:
-    kind: str  # "allocate", "pipeline" or "evict"
-    task: Task
-    job: JobInfo
-    alloc: Allocation
-    vec: Vector
-    index: int  # where the task sat in its job's list, to put it back there
-    message: str = ""
-
-
-class Statement:
-    """Tentative allocations and evictions: ``commit`` them together or ``discard`` them."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.ops: list[_Op] = []
-
-    def allocate(
-        self, task: Task, node: int, gpus: tuple[int, ...], card: str | None, pipeline: bool = False
-    ) -> None:
-        s = self.session
-        job = s.job_of[task.pod.key]
-        index = job.pending.index(task)
-        alloc = s.state.allocate(task.pod, node, gpus)
-        vec = s.charge(task, alloc, card)
-        s.ledger.charge(job.queue, vec)
-        del job.pending[index]
-        job.placed.append(task)
-        s.cards[task.pod.key] = card
-        self.ops.append(_Op("pipeline" if pipeline else "allocate", task, job, alloc, vec, index))
-
-    def evict(self, task: Task, message: str) -> None:
-        s = self.session
-        job = s.job_of[task.pod.key]
-        index = job.running.index(task)
-        alloc = s.state.release(task.pod.key)
-        vec = s.charge(task, alloc, s.cards.get(task.pod.key))
-        s.ledger.charge(job.queue, vec, -1)
-        del job.running[index]
-        s.releases += 1
-        self.ops.append(_Op("evict", task, job, alloc, vec, index, message=message))
-
-    def discard(self) -> None:
-        s = self.session
-        for op in reversed(self.ops):
-            if op.kind == "evict":
-                s.state.allocate(op.task.pod, op.alloc.node, op.alloc.gpus)
-                s.ledger.charge(op.job.queue, op.vec)
-                op.job.running.insert(op.index, op.task)
-            else:
-                s.state.release(op.task.pod.key)
-                s.ledger.charge(op.job.queue, op.vec, -1)
-                op.job.placed.remove(op.task)
-                op.job.pending.insert(op.index, op.task)
-                s.releases += 1
-        self.ops = []
-
-    def commit(self) -> None:
-        self.session._record(self.ops)
-        self.ops = []
-
-
 class Session:
     def __init__(
         self, snapshot: Snapshot, scheduler: Scheduler, plugins: Sequence[SessionPlugin] = ()
@@ -209,7 +147,7 @@ class Session:
         self.cards: dict[str, str | None] = {}  # card each running or placed task holds
         self.releases = 0  # ticks on every release: what failed to fit before may fit now
         self.statuses: dict[str, Status] = {}
-        self._provisional: list[_Op] = []
+        self._provisional: list[Op] = []
         self._node_cards: dict[int, tuple[str, ...]] = {}
         self.job_order: list[Callable[[JobInfo], Key]] = []
         self.task_order: list[Callable[[Task], Key]] = []
@@ -477,7 +415,8 @@ class Session:
     def event(self, key: str, kind: str, type_: str, reason: str, message: str) -> None:
         self.result.events.append(Event(PodKey(key), type_, reason, message, kind))
 
-    def _record(self, ops: list[_Op]) -> None:
+    def record(self, ops: list[Op]) -> None:
+        """A committed statement's operations, as decisions: binds, nominations, evictions."""
         names = self.state.nodes
         for op in ops:
             pod, node = op.task.pod, names[op.alloc.node].name

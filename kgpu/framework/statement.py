@@ -1,0 +1,82 @@
+"""A session's transaction: tentative allocations and evictions, committed or discarded.
+
+A gang is placed through one :class:`Statement`: each allocation and eviction changes the
+cluster state and the queue ledger at once (so the next placement of the same gang sees
+them) and is logged; ``commit`` hands the log to the session as decisions, ``discard``
+undoes it in reverse order, so a job that cannot be placed whole holds nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kgpu.model.job import JobInfo, Task
+from kgpu.model.resources import Vector
+from kgpu.state.cluster import Allocation
+
+if TYPE_CHECKING:
+    from kgpu.framework.session import Session
+
+
+@dataclass(slots=True)
+class Op:
+    kind: str  # "allocate", "pipeline" or "evict"
+    task: Task
+    job: JobInfo
+    alloc: Allocation
+    vec: Vector
+    index: int  # where the task sat in its job's list, to put it back there
+    message: str = ""
+
+
+class Statement:
+    """Tentative allocations and evictions: ``commit`` them together or ``discard`` them."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.ops: list[Op] = []
+
+    def allocate(
+        self, task: Task, node: int, gpus: tuple[int, ...], card: str | None, pipeline: bool = False
+    ) -> None:
+        s = self.session
+        job = s.job_of[task.pod.key]
+        index = job.pending.index(task)
+        alloc = s.state.allocate(task.pod, node, gpus)
+        vec = s.charge(task, alloc, card)
+        s.ledger.charge(job.queue, vec)
+        del job.pending[index]
+        job.placed.append(task)
+        s.cards[task.pod.key] = card
+        self.ops.append(Op("pipeline" if pipeline else "allocate", task, job, alloc, vec, index))
+
+    def evict(self, task: Task, message: str) -> None:
+        s = self.session
+        job = s.job_of[task.pod.key]
+        index = job.running.index(task)
+        alloc = s.state.release(task.pod.key)
+        vec = s.charge(task, alloc, s.cards.get(task.pod.key))
+        s.ledger.charge(job.queue, vec, -1)
+        del job.running[index]
+        s.releases += 1
+        self.ops.append(Op("evict", task, job, alloc, vec, index, message=message))
+
+    def discard(self) -> None:
+        s = self.session
+        for op in reversed(self.ops):
+            if op.kind == "evict":
+                s.state.allocate(op.task.pod, op.alloc.node, op.alloc.gpus)
+                s.ledger.charge(op.job.queue, op.vec)
+                op.job.running.insert(op.index, op.task)
+            else:
+                s.state.release(op.task.pod.key)
+                s.ledger.charge(op.job.queue, op.vec, -1)
+                op.job.placed.remove(op.task)
+                op.job.pending.insert(op.index, op.task)
+                s.releases += 1
+        self.ops = []
+
+    def commit(self) -> None:
+        self.session.record(self.ops)
+        self.ops = []
