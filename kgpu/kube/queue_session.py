@@ -30,7 +30,7 @@ from typing import Any
 
 from kgpu.actions.run import ACTIONS, SessionConfig, open_session
 from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import Session
+from kgpu.framework.session import Session, collector_paused
 from kgpu.framework.session import Snapshot as SessionSnapshot
 from kgpu.kube.convert import ConversionError
 from kgpu.kube.queues import pod_group_of, podgroup_from_k8s, queue_from_k8s, timestamp
@@ -181,11 +181,13 @@ def assemble(
 
 def run(snapshot: SessionSnapshot, scheduler: Scheduler, config: SessionConfig) -> Session:
     """Open the session, run the configured actions in order, close it; the closed session
-    (``result``, ``jobs``, ``tree``, ``ledger``) is what the status writer reads."""
-    session = open_session(snapshot, scheduler, config)
-    for name in config.actions:
-        ACTIONS[name]().execute(session)
-    session.close()
+    (``result``, ``jobs``, ``tree``, ``ledger``) is what the status writer reads. The cycle
+    collector is paused throughout, as in the simulator (``collector_paused``)."""
+    with collector_paused():
+        session = open_session(snapshot, scheduler, config)
+        for name in config.actions:
+            ACTIONS[name]().execute(session)
+        session.close()
     return session
 
 
