@@ -274,3 +274,42 @@ def test_a_scheduler_killed_mid_stream_loses_and_doubles_nothing(
     assert not over, f"GPUs over capacity: {over}"
     scheduled = [e["involvedObject"]["name"] for e in cluster.events("Scheduled")]
     assert len(scheduled) == len(set(scheduled)), "a pod was reported scheduled twice"
+
+
+def test_what_the_binding_does_on_this_server(cluster: Cluster) -> None:
+    """What kgpu.kube.binder relies on, as the real server does it: a Binding's annotations
+    land on the pod in the write that binds it; whether its uid and resourceVersion are
+    preconditions is learned by dry runs, and where they are not (v1.20), a Binding with a
+    stale uid does bind, which is why the binder reads the pod first there."""
+    client = cluster.client
+    version = client.request("GET", "/version")
+    minor = int(re.sub(r"\D.*", "", str(version["minor"])))
+    pods = {
+        name: client.create(PODS, cluster.pod(name), cluster.namespace)
+        for name in ("noted", "stale")
+    }
+    meta = pods["noted"]["metadata"]
+    checks = client.binding_checks_preconditions(
+        cluster.namespace, "noted", meta["uid"], meta["resourceVersion"]
+    )
+    assert not cluster.bound()  # the dry runs bound nothing
+    assert checks is (minor >= 23) or minor in (25, 26)  # 1.25-1.26: see kubernetes#116550
+    note = {"kgpu.io/visible-devices": "3"}
+    client.bind(
+        cluster.namespace,
+        "noted",
+        "no-such-node",
+        uid=meta["uid"],
+        resource_version=meta["resourceVersion"],
+        annotations=note,
+    )
+    noted = client.get(PODS, "noted", cluster.namespace)
+    assert noted["spec"]["nodeName"] == "no-such-node"
+    assert noted["metadata"]["annotations"]["kgpu.io/visible-devices"] == "3"
+    stale = {"uid": "00000000-0000-0000-0000-00000000beef", "resource_version": "1"}
+    if checks:
+        with pytest.raises(KubeError, match="Precondition failed"):
+            client.bind(cluster.namespace, "stale", "no-such-node", **stale)
+    else:
+        client.bind(cluster.namespace, "stale", "no-such-node", **stale)
+        assert cluster.bound()["stale"] == "no-such-node"

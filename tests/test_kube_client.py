@@ -82,7 +82,7 @@ def test_a_refused_connection_is_temporary(tmp_path: Path) -> None:
         client.list(NODES)
 
 
-def test_merge_patch_preconditions_and_binding(double: KubeDouble, client: KubeClient) -> None:
+def test_merge_patch_preconditions(double: KubeDouble, client: KubeClient) -> None:
     pod = client.create(PODS, pod_obj("p"), "default")
     uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
     stale = {"metadata": {"resourceVersion": "1", "annotations": {"a": "b"}}}
@@ -90,12 +90,87 @@ def test_merge_patch_preconditions_and_binding(double: KubeDouble, client: KubeC
         client.patch(PODS, "p", stale, "default")
     fresh = {"metadata": {"uid": uid, "resourceVersion": version, "annotations": {"a": "b"}}}
     assert client.patch(PODS, "p", fresh, "default")["metadata"]["annotations"]["a"] == "b"
-    with pytest.raises(Conflict):
-        client.bind("default", "p", "another-uid", "n1")
-    client.bind("default", "p", uid, "n1")
-    with pytest.raises(Conflict):  # already bound
-        client.bind("default", "p", uid, "n2")
+
+
+def test_a_binding_sets_node_and_annotations_in_one_write(
+    double: KubeDouble, client: KubeClient
+) -> None:
+    pod = client.create(PODS, pod_obj("p", annotations={"team": "ml"}), "default")
+    uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
+    note = {"kgpu.io/visible-devices": "0"}
+    client.bind("default", "p", "n1", uid=uid, resource_version=version, annotations=note)
+    bound = client.get(PODS, "p", "default")
+    assert bound["spec"]["nodeName"] == "n1"
+    assert bound["metadata"]["annotations"] == {"team": "ml", "kgpu.io/visible-devices": "0"}
+    assert int(bound["metadata"]["resourceVersion"]) == int(version) + 1
+    with pytest.raises(Conflict, match='already assigned to node "n1"'):
+        client.bind("default", "p", "n2", uid=uid)
     assert client.get(PODS, "p", "default")["spec"]["nodeName"] == "n1"
+
+
+@pytest.mark.parametrize(
+    ("stale", "field"),
+    [({"uid": "another-uid"}, "UID"), ({"resource_version": "1"}, "ResourceVersion")],
+)
+def test_a_binding_of_another_pod_version_is_refused(
+    double: KubeDouble, client: KubeClient, stale: dict[str, str], field: str
+) -> None:
+    pod = client.create(PODS, pod_obj("p"), "default")
+    current = {
+        "uid": pod["metadata"]["uid"],
+        "resource_version": pod["metadata"]["resourceVersion"],
+    }
+    with pytest.raises(Conflict, match=f"Precondition failed: {field} in precondition"):
+        client.bind("default", "p", "n1", **{**current, **stale})
+    assert not client.get(PODS, "p", "default")["spec"].get("nodeName")
+
+
+def test_a_dry_run_binding_binds_nothing(double: KubeDouble, client: KubeClient) -> None:
+    client.create(PODS, pod_obj("p"), "default")
+    client.bind("default", "p", "n1", annotations={"a": "b"}, dry_run=True)
+    pod = client.get(PODS, "p", "default")
+    assert not pod["spec"].get("nodeName")
+    assert "a" not in (pod["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize("checks", [True, False])
+def test_learns_once_whether_the_server_checks_binding_preconditions(
+    tmp_path: Path, checks: bool
+) -> None:
+    with KubeDouble(binding_preconditions=checks) as server:
+        client = KubeClient.from_kubeconfig(server.kubeconfig(tmp_path))
+        pods = [client.create(PODS, pod_obj(name), "default") for name in ("p", "q")]
+        for pod in pods:
+            meta = pod["metadata"]
+            learned = client.binding_checks_preconditions(
+                "default", meta["name"], meta["uid"], meta["resourceVersion"]
+            )
+            assert learned is checks
+        client.close()
+        probes = [r for r in server.requests if r.path.endswith("/binding")]
+        # Two dry runs for the first pod where both are refused; one where the first passes.
+        assert [r.path.split("/")[-2] for r in probes] == (["p", "p"] if checks else ["p"])
+        assert [r.status for r in probes] == ([409, 409] if checks else [201])
+        assert not any(p["spec"].get("nodeName") for p in server.objects("pods"))
+
+
+def test_an_inconclusive_probe_is_asked_again(double: KubeDouble, client: KubeClient) -> None:
+    """A pod gone before the dry runs (404) says nothing about the server: the next bind
+    asks again, and learns."""
+    assert not client.binding_checks_preconditions("default", "gone", "some-uid", "7")
+    pod = client.create(PODS, pod_obj("p"), "default")
+    uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
+    assert client.binding_checks_preconditions("default", "p", uid, version)
+    probes = [
+        (r.path.split("/")[-2], r.status, r.query)
+        for r in double.requests
+        if r.path.endswith("/binding")
+    ]
+    assert probes == [
+        ("gone", 404, "dryRun=All"),
+        ("p", 409, "dryRun=All"),
+        ("p", 409, "dryRun=All"),
+    ]
 
 
 def test_watch_sends_changes_and_bookmarks(double: KubeDouble, client: KubeClient) -> None:

@@ -23,8 +23,9 @@ BINDING = r"/pods/[^/]+/binding$"
 
 
 @pytest.fixture
-def double() -> Iterator[KubeDouble]:
-    with KubeDouble() as d:
+def double(request: pytest.FixtureRequest) -> Iterator[KubeDouble]:
+    """The API double; parametrize it indirectly with KubeDouble's keyword arguments."""
+    with KubeDouble(**getattr(request, "param", {})) as d:
         yield d
 
 
@@ -78,8 +79,11 @@ def events(double: KubeDouble, reason: str) -> list[str]:
 
 
 def binding_requests(double: KubeDouble) -> list[tuple[str, int]]:
+    """The Bindings sent (not the dry runs that learn what the server checks)."""
     return [
-        (r.path.split("/")[-2], r.status) for r in double.requests if r.path.endswith("/binding")
+        (r.path.split("/")[-2], r.status)
+        for r in double.requests
+        if r.path.endswith("/binding") and "dryRun" not in r.query
     ]
 
 
@@ -180,8 +184,8 @@ def test_a_pod_deleted_mid_cycle_is_released(double: KubeDouble, start: Start) -
     double.put(node_obj("n1", gpus=1))
     double.put(pod_obj("a", gpus=1))
     double.put(pod_obj("b", gpus=1))
-    # The pod goes just as its PreBind patch arrives: 404, and its GPU is free again.
-    double.before("PATCH", "/pods/a$", lambda: double.remove("pods", "a", "default"))
+    # The pod goes just as its Binding arrives: 404, and its GPU is free again.
+    double.before("POST", "/pods/a/binding$", lambda: double.remove("pods", "a", "default"))
     start()
     wait_until(lambda: bound(double) == {"b": "n1"})
     assert double.get("pods", "a", "default") is None
@@ -291,3 +295,63 @@ def test_device_resources_name_the_gpus_in_the_annotation(double: KubeDouble, st
     allocation = json.loads(pod["metadata"]["annotations"]["kgpu.io/device-allocation"])
     assert allocation["gpu"][0]["minor"] == 0
     assert allocation["gpu"][0]["uuid"] == "GPU-n1-0"
+
+
+# ------------------------------------------------- the Binding carries the allocation
+
+
+SERVERS = [
+    pytest.param({"binding_preconditions": True}, id="v1.23+"),
+    pytest.param({"binding_preconditions": False}, id="v1.20"),
+]
+
+
+@pytest.mark.parametrize("double", SERVERS, indirect=True)
+def test_each_bind_is_one_write_that_carries_the_allocation(
+    double: KubeDouble, start: Start
+) -> None:
+    """No annotation patch: the Binding itself carries the annotations. Where the server
+    ignores a Binding's preconditions (v1.20) a read of the pod comes first."""
+    double.put(node_obj("n1", gpus=2))
+    for name in ("a", "b", "c"):
+        double.put(pod_obj(name, fraction="0.5"))
+    start()
+    wait_until(lambda: len(bound(double)) == 3)
+    assert sorted(binding_requests(double)) == [("a", 201), ("b", 201), ("c", 201)]
+    pod_writes = [r for r in double.requests if "/pods" in r.path and r.method in ("PATCH", "PUT")]
+    assert pod_writes == []
+    reads = sorted(r.path.split("/")[-1] for r in double.requests if r.method == "GET" and
+                   r.path.startswith("/api/v1/namespaces/default/pods/"))  # fmt: skip
+    assert reads == ([] if double.binding_preconditions else ["a", "b", "c"])
+    for pod in double.objects("pods"):
+        assert allocation_of(pod)[2] == 500
+        assert pod["metadata"]["annotations"]["kgpu.io/visible-devices"] in ("0", "1")
+    assert_within_capacity(double, 2)
+
+
+@pytest.mark.parametrize("double", SERVERS, indirect=True)
+def test_a_pod_created_again_under_its_name_gets_its_own_decision(
+    double: KubeDouble, start: Start
+) -> None:
+    """Pod a (one GPU) is deleted and created again asking for two just before its bind:
+    the decision made for the first is refused (by the Binding's preconditions, or by the
+    read before it on v1.20), and the new pod is bound with two GPUs of its own."""
+    double.put(node_obj("n1", gpus=2))
+    double.put(pod_obj("a", gpus=1))
+
+    def recreate() -> None:
+        double.remove("pods", "a", "default")
+        double.put(pod_obj("a", gpus=2))
+
+    step = ("POST", "/pods/a/binding$") if double.binding_preconditions else ("GET", "/pods/a$")
+    double.before(*step, recreate)
+    start()
+    wait_until(lambda: allocation_of(double.get("pods", "a", "default") or {})[1] == [0, 1])
+    assert [s for _, s in binding_requests(double)].count(201) == 1
+    if double.binding_preconditions:
+        assert binding_requests(double)[0] == ("a", 409)
+        refused = "a: Binding rejected: Binding: POST /api/v1/namespaces/default/pods/a/binding"
+        wait_until(lambda: any(refused in e for e in events(double, "FailedScheduling")))
+        said = next(e for e in events(double, "FailedScheduling") if refused in e)
+        assert "409 Conflict" in said and "Precondition failed: UID in precondition" in said
+    assert_within_capacity(double, 2)

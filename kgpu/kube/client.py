@@ -32,7 +32,14 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import OpenApiException
 from kubernetes.config.config_exception import ConfigException
 
-from kgpu.kube.errors import BadConfig, KubeError, Unavailable, from_exception, from_status
+from kgpu.kube.errors import (
+    BadConfig,
+    Conflict,
+    KubeError,
+    Unavailable,
+    from_exception,
+    from_status,
+)
 from kgpu.kube.resources import PODS, Resource
 
 Body = Mapping[str, Any] | Sequence[Mapping[str, Any]]
@@ -41,6 +48,13 @@ MERGE_PATCH = "application/merge-patch+json"
 # What the library may raise on a call: connection and protocol errors, socket errors,
 # undecodable bodies, and the client's own exceptions (TLS failures arrive as those).
 _CALL_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, OpenApiException)
+
+# What the dry-run Bindings that learn whether the server checks a Binding's preconditions
+# send: a uid and a resourceVersion no pod has, and a node name no node has (a dry run binds
+# nothing, and the server does not look the node up).
+_IMPOSSIBLE_UID = "00000000-0000-0000-0000-000000000000"
+_IMPOSSIBLE_VERSION = "1"
+_PROBE_NODE = "kgpu-precondition-probe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,7 @@ class KubeClient:
         configuration.connection_pool_maxsize = pool_size
         self._api = ApiClient(configuration)
         self._api.user_agent = user_agent
+        self._binding_preconditions: bool | None = None  # see binding_checks_preconditions
 
     @classmethod
     def from_kubeconfig(
@@ -258,18 +273,79 @@ class KubeClient:
     def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
         self.request("DELETE", resource.path(namespace, name))
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pod's Binding (pods/binding); a pod that is already bound answers 409.
-        The uid is a precondition where the API server checks it (v1.20 does not; there the
-        uid and resourceVersion preconditions of the PreBind patch just before are what keep
-        a pod deleted and created again under the same name from being bound by mistake)."""
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        *,
+        uid: str = "",
+        resource_version: str = "",
+        annotations: Mapping[str, str] | None = None,
+        dry_run: bool = False,
+    ) -> None:
+        """Create the pod's Binding (pods/binding); a pod already bound answers 409.
+
+        The API server copies the Binding's ``annotations`` onto the pod in the same write
+        that sets its node, so a bound pod carries them from its first bound version on.
+        ``uid`` and ``resource_version`` are preconditions (409 when they do not match the
+        pod) only where the server checks them, which v1.20 does not: see
+        :meth:`binding_checks_preconditions`. ``dry_run`` validates without binding."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self.request("POST", PODS.path(namespace, name, "binding"), body=body)
+        query = [("dryRun", "All")] if dry_run else []
+        self.request("POST", PODS.path(namespace, name, "binding"), query=query, body=body)
+
+    def binding_checks_preconditions(
+        self, namespace: str, name: str, uid: str, resource_version: str
+    ) -> bool:
+        """Whether this API server refuses a Binding whose ``metadata.uid`` or
+        ``metadata.resourceVersion`` does not match the pod. Servers from v1.23 on do
+        (kubernetes#105913), except releases that lost the uid check (kubernetes#116550);
+        v1.20 ignores both and binds whatever pod has the name.
+
+        Learned once per client, by two dry-run Bindings of the unbound pod ``name`` (as
+        of ``uid`` and ``resource_version``), each with one precondition no pod can meet:
+        both refused with "Precondition failed" means the server checks them; one accepted
+        means it does not. Dry runs store nothing. Any other answer (the pod gone or bound
+        meanwhile, a failed call) teaches nothing: False for now, and the next bind asks
+        again. The answers are kept across threads without a lock: two binders learning it
+        at once just ask twice."""
+        known = self._binding_preconditions
+        if known is not None:
+            return known
+        wrong = [(_IMPOSSIBLE_UID, resource_version), (uid, _IMPOSSIBLE_VERSION)]
+        for probe_uid, probe_version in wrong:
+            try:
+                self.bind(
+                    namespace,
+                    name,
+                    _PROBE_NODE,
+                    uid=probe_uid,
+                    resource_version=probe_version,
+                    dry_run=True,
+                )
+            except Conflict as exc:
+                if "precondition failed" not in str(exc).lower():
+                    return False
+                continue
+            except KubeError:
+                return False
+            self._binding_preconditions = False
+            return False
+        self._binding_preconditions = True
+        return True
 
 
 class Watch:

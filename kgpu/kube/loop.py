@@ -460,7 +460,8 @@ class SchedulerLoop:
             self._settle(obj, bind, entry, outcome, message, back_off=False)
             return
         outcome = bind_pod(self.client, obj, bind.node, annotations)
-        self.metrics.attempt_latency.labels("annotate").observe(outcome.annotate_s)
+        if outcome.check_s:
+            self.metrics.attempt_latency.labels("check").observe(outcome.check_s)
         if outcome.result != BindResult.REJECTED or outcome.bind_s:
             self.metrics.attempt_latency.labels("bind").observe(outcome.bind_s)
         self._settle(obj, bind, entry, outcome, message, back_off=True)

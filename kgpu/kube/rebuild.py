@@ -3,7 +3,8 @@
 - A pod kgpu placed holds exactly what its ``kgpu.io/device-allocation`` annotation records:
   the same GPU minors, the same milli and MiB on each, the same RDMA and FPGA minors and
   MIG instances, so the rebuilt state equals the one the scheduler had before it stopped
-  (the annotation is written from that state at PreBind, see ``allocation.render_allocation``).
+  (the annotation is written from that state, by the Binding itself, see
+  ``allocation.render_allocation`` and ``binder``).
   A record that asks less than the pod's request now holds the request (reading more than
   was held is the safe error).
 - A pod someone else placed has no record. Whole GPUs it asks for are the ones the
