@@ -1,22 +1,28 @@
-"""kgpu's default placement: FGD, with pods that ask for no GPU kept off idle GPUs.
+"""kgpu's default placement: FGD, with GPUs that a node's CPU can no longer serve counted
+as fragmentation, and pods that ask for no GPU kept off idle GPUs.
 
 FGD scores a node by int(100 × sigmoid(ΔF / 1000)), ΔF being how much the node's
 fragmentation (measured against the workload's typical pods) drops with the placement.
-For a pod that asks for no GPU, ΔF is zero on almost every node: its CPU and memory change
-no typical pod's fit, so FGD scores 50 everywhere and leaves the choice to a random order
-of the nodes. That choice is not neutral. CPU spent on a node with idle GPUs is CPU that a
-later GPU pod needs there; enough of it and those GPUs are stranded.
+FGD sees CPU only through each typical pod's threshold: a node's idle GPUs count as
+fragment for a typical pod once its CPU falls below that pod's request, not before. On
+the openb traces CPU is scarce next to the GPUs (an 8-GPU node has 12 cores per GPU, the
+whole-GPU pods ask for 11 to 24), so nodes drift, one placement at a time, into holding
+idle GPUs that no pod can use for want of CPU.
 
-So among the nodes with FGD's best score, a GPU-less pod goes to the node with the fewest
-idle GPUs (ideally none: its CPU is then of no use to GPU work), and among those to the one
-with the most CPU to spare, so no single node is drained. GPU pods are placed exactly as FGD
-places them, except that inside a node a share goes to the tightest of the GPUs FGD scores
-equally (FGD takes the lowest index).
+The workload says how much CPU a milli-GPU of typical work brings with it: ``r``, the
+typical GPU pods' CPU over their GPU milli (frequency-weighted). A node with ``g`` idle
+milli-GPU and ``c`` free milli-CPU can feed about ``c / r`` of them; the rest,
+``max(0, g − c / r)``, is stranded. kgpu adds the drop in stranded milli to FGD's ΔF
+before the sigmoid: stranded milli are idle milli that the typical pods cannot use, which
+is what FGD's fragmentation counts, so they weigh one for one. This holds for every pod,
+a GPU-less one included: its CPU strands GPUs too.
 
-The tie-break is kept below one score point, so FGD's own preference always wins. Other
-tie-breaks were measured on the openb traces and rejected (docs/POLICY.md): best-fit
-packing of GPU pods helps GPU-model-constrained workloads but loses elsewhere, and an
-unsaturated ΔF is clearly worse than FGD's integer sigmoid.
+Among the nodes with the best score, a GPU-less pod goes to the node with the fewest idle
+GPUs (ideally none: its CPU is then of no use to GPU work), and among those to the one
+with the most CPU to spare, so no single node is drained. Inside a node a share goes to
+the tightest of the GPUs scored equally (FGD takes the lowest index). Both tie-breaks
+stay below one score point, so the score always wins. Other variants were measured on the
+openb traces and rejected (docs/POLICY.md).
 """
 
 from __future__ import annotations
@@ -37,8 +43,16 @@ from kgpu.state.cluster import ClusterState
 TIE_SPAN = 0.99
 # Among nodes with equally few idle GPUs, spare CPU counts this much (idle GPUs count 1).
 CPU_SPARE_WEIGHT = 0.5
-# Inside a node, a tighter GPU wins only among GPUs of equal FGD score.
+# Inside a node, a tighter GPU wins only among GPUs of equal score.
 _GPU_TIGHTNESS = 1e-6
+
+
+def cpu_per_gpu_milli(typical: list[TypicalPod]) -> float:
+    """Milli-CPU that a milli-GPU of the workload's typical GPU pods comes with; 0 when no
+    typical pod asks for a GPU (then nothing is counted as stranded)."""
+    cpu = sum(t.weight * t.cpu_milli for t in typical if t.gpu_count)
+    gpu = sum(t.weight * t.gpu_milli * t.gpu_count for t in typical if t.gpu_count)
+    return cpu / gpu if gpu > 0 else 0.0
 
 
 class StrandAwareFgd:
@@ -47,9 +61,27 @@ class StrandAwareFgd:
 
     def __init__(self, typical: list[TypicalPod]) -> None:
         self.fgd = FgdScore(typical)
+        self.cpu_per_milli = cpu_per_gpu_milli(typical)
+
+    def stranded(self, idle_milli: IntArray, cpu_free: IntArray) -> FloatArray:
+        """Idle milli-GPU beyond what the free CPU can feed, in whole milli.
+
+        Rounded so that before minus after is exact: a pod that strands nothing must leave
+        ΔF exactly as FGD computes it, or the integer sigmoid may tip 50 to 49.
+        """
+        if self.cpu_per_milli <= 0:
+            return np.zeros(len(idle_milli), dtype=np.float64)
+        feedable = cpu_free / self.cpu_per_milli
+        return np.asarray(np.round(np.maximum(0.0, idle_milli - feedable)), dtype=np.float64)
+
+    def stranded_decrease(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        idle, cpu = state.gpu_free_total[nodes], state.cpu_free[nodes]
+        after = self.stranded(idle - pod.gpu.total_milli, cpu - pod.cpu_milli)
+        return np.asarray(self.stranded(idle, cpu) - after, dtype=np.float64)
 
     def _per_gpu(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         decrease = self.fgd.model(state).decrease_if_shared(state, pod, nodes)
+        decrease = decrease + self.stranded_decrease(state, pod, nodes)[:, None]
         fits = np.isfinite(decrease)
         scores = sigmoid_score(np.where(fits, decrease, 0.0))
         left = state.gpu_free[nodes] - pod.gpu.milli
@@ -61,16 +93,17 @@ class StrandAwareFgd:
             per_gpu = self._per_gpu(state, pod, nodes)
             self.fgd.memo.record(state, pod, nodes, per_gpu.argmax(axis=1))
             return np.asarray(np.round(per_gpu.max(axis=1)))
-        fgd = sigmoid_score(self.fgd.model(state).decrease_if_whole(state, pod, nodes))
+        decrease = self.fgd.model(state).decrease_if_whole(state, pod, nodes)
+        score = sigmoid_score(decrease + self.stranded_decrease(state, pod, nodes))
         if pod.gpu.count:
-            return fgd
+            return score
         # Shares of the cluster's largest node keep the tie-break within 0..1 anywhere.
         gpu_span = max(int(state.gpu_count.max(initial=0)) * MILLI_PER_GPU, 1)
         cpu_span = max(int(state.cpu_cap.max(initial=0)), 1)
         idle_gpu = state.gpu_free_total[nodes] / gpu_span
         cpu_short = 1.0 - (state.cpu_free[nodes] - pod.cpu_milli) / cpu_span
         stranding = (idle_gpu + CPU_SPARE_WEIGHT * cpu_short) / (1.0 + CPU_SPARE_WEIGHT)
-        return np.asarray(fgd + TIE_SPAN * (1.0 - np.clip(stranding, 0.0, 1.0)))
+        return np.asarray(score + TIE_SPAN * (1.0 - np.clip(stranding, 0.0, 1.0)))
 
     def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
         if pod.gpu.is_shared:

@@ -1,0 +1,101 @@
+"""kgpu's default score: FGD with GPUs stranded for want of CPU counted as fragmentation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kgpu.config import load_profile
+from kgpu.framework.cycle import CycleState
+from kgpu.framework.scheduler import Placement
+from kgpu.model.pod import PodSpec
+from kgpu.plugins.fgd import FgdScore
+from kgpu.plugins.fragmentation import TypicalPod
+from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.plugins.strand_aware_fgd import StrandAwareFgd, cpu_per_gpu_milli
+from kgpu.state.cluster import ClusterState
+from tests.builders import make_node, make_pod
+
+# One typical pod: a whole GPU with 4 cores, so a GPU needs 4,000 milli-CPU to be usable.
+TYPICAL = [TypicalPod(1.0, 4000, 1000, 1)]
+
+
+@pytest.mark.parametrize(
+    ("typical", "expected"),
+    [
+        (TYPICAL, 4.0),
+        # weighted by frequency: (0.5·1000 + 0.3·6000) / (0.5·500 + 0.3·2·1000); the
+        # GPU-less pod brings no GPU to feed
+        (
+            [
+                TypicalPod(0.5, 1000, 500, 1),
+                TypicalPod(0.3, 6000, 1000, 2),
+                TypicalPod(0.2, 9000, 0, 0),
+            ],
+            2300 / 850,
+        ),
+        ([TypicalPod(1.0, 9000, 0, 0)], 0.0),
+        ([], 0.0),
+    ],
+)
+def test_cpu_per_gpu_milli_comes_from_the_typical_gpu_pods(
+    typical: list[TypicalPod], expected: float
+) -> None:
+    assert cpu_per_gpu_milli(typical) == pytest.approx(expected)
+
+
+def _two_nodes(cpu_a: int, cpu_b: int) -> ClusterState:
+    return ClusterState(
+        [make_node("a").gpus(4).cpu(cpu_a).build(), make_node("b").gpus(4).cpu(cpu_b).build()]
+    )
+
+
+def _scores(plugin: FgdScore | StrandAwareFgd, state: ClusterState, pod: PodSpec) -> list[float]:
+    nodes = np.arange(len(state), dtype=np.int64)
+    return [float(v) for v in plugin.score(CycleState(state, pod), pod, nodes)]
+
+
+@pytest.mark.parametrize(
+    ("pod", "fgd", "kgpu"),
+    [
+        # On a (16 cores for 4 GPUs) the 8-core pod leaves 8 cores for 3 idle GPUs: one
+        # GPU's 1000 milli is stranded, ΔF = −1000, int(100·sigmoid(−1)) = 26. On b (32
+        # cores) nothing is stranded. FGD sees no change anywhere: the typical pod still fits.
+        (make_pod("w").gpus(1).cpu(8000).build(), [50, 50], [26, 50]),
+        # A share: FGD's ΔF is −500 on both (a 500 leftover the typical pod cannot use);
+        # on a, 12 cores left feed 3,000 of 3,500 idle milli: 500 more, ΔF = −1000 → 26.
+        (make_pod("s").share(500).cpu(4000).build(), [37, 37], [26, 37]),
+        # A GPU-less pod that takes 8 cores strands 2 GPUs on a: ΔF = −2000 → 11; the
+        # tie-break adds less than a point.
+        (make_pod("c").gpus(0).cpu(8000).build(), [50, 50], [11, 50]),
+        # A pod within the GPU's CPU share strands nothing: exactly FGD's integer score.
+        (make_pod("f").gpus(1).cpu(4000).build(), [50, 50], [50, 50]),
+    ],
+)
+def test_stranded_gpus_lower_the_score(pod: PodSpec, fgd: list[int], kgpu: list[int]) -> None:
+    state = _two_nodes(16_000, 32_000)
+    assert _scores(FgdScore(TYPICAL), state, pod) == fgd
+    assert np.floor(_scores(StrandAwareFgd(TYPICAL), state, pod)).tolist() == kgpu
+
+
+def test_gpus_freed_of_stranding_raise_the_score() -> None:
+    """A pod taking a GPU that the node's CPU could not feed anyway un-strands it."""
+    state = _two_nodes(16_000, 32_000)
+    state.allocate(make_pod("hog").gpus(0).cpu(8000).build(), 0, [])  # a: 2 GPUs stranded
+    pod = make_pod("w").gpus(1).cpu(1000).build()
+    # FGD: on a the typical pod still fits, its fragment stays 0 → 50. kgpu: before, 8 cores
+    # feed 2000 of 4000 idle milli; after, 7 cores feed 1750 of 3000: 750 fewer stranded
+    # milli, int(100·sigmoid(0.75)) = 67.
+    assert _scores(FgdScore(TYPICAL), state, pod) == [50, 50]
+    assert np.floor(_scores(StrandAwareFgd(TYPICAL), state, pod)).tolist() == [67, 50]
+
+
+def test_the_kgpu_policy_places_a_cpu_heavy_gpu_pod_where_no_gpu_is_stranded() -> None:
+    state = _two_nodes(16_000, 32_000)
+    pod = make_pod("w").gpus(1).cpu(8000).build()
+    for policy, node in (("fgd", 0), ("kgpu", 1)):
+        outcome = build_scheduler(
+            load_profile(policy), PluginContext(typical_pods=TYPICAL)
+        ).schedule(state, pod)
+        assert isinstance(outcome, Placement)
+        assert (state.nodes[outcome.node].name, outcome.gpus) == (f"{'ab'[node]}", (0,))
