@@ -1,6 +1,6 @@
 """Per-GPU accounting of compute and memory, MPS, MIG and RDMA: exact and symmetric
 allocate and release, the filter and the choice held to memory, and rebuilding a state from
-the annotations written at PreBind."""
+the annotations written with the Binding."""
 
 from __future__ import annotations
 

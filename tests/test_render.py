@@ -142,7 +142,7 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
     crs = ("queues", "podgroups", "devices", "workspaces")
     assert rules == {
         # create and delete: --autoscale's trigger pods
-        (("",), ("pods",)): ("get", "list", "watch", "patch", "create", "delete"),
+        (("",), ("pods",)): ("get", "list", "watch", "create", "delete"),
         (("",), ("pods/binding",)): ("create",),
         (("",), ("nodes",)): ("get", "list", "watch"),
         (("",), ("events",)): ("create", "patch"),
@@ -239,7 +239,7 @@ def test_webhook_rules(install: list[Obj]) -> None:
         for w in config["webhooks"]
     }
     assert rules == {
-        # CREATE only: the scheduler's own annotation patch is an UPDATE of every pod it binds
+        # CREATE only: an UPDATE rule would judge every status and label change
         "pods.kgpu.io": [("", ("CREATE",), "pods")],
         "queues.kgpu.io": [
             ("kgpu.io", ("CREATE", "UPDATE"), "queues"),

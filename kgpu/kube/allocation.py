@@ -1,4 +1,8 @@
-"""The device-allocation annotations that kgpu writes on a pod at PreBind, and reads back.
+"""The device-allocation annotations that kgpu writes on a pod as it binds it, and reads back.
+
+They travel in the Binding itself (:mod:`kgpu.kube.binder`): the API server copies a
+Binding's annotations onto the pod in the write that sets its node, so a bound pod never
+lacks them and an unbound one never has them.
 
 ``kgpu.io/device-allocation`` (the contract in DESIGN.md, Koordinator's shape)::
 
@@ -108,7 +112,7 @@ def render(
 
 
 def render_allocation(state: ClusterState, alloc: Allocation) -> dict[str, str]:
-    """The annotations for what ``alloc`` holds on its node of ``state`` (at PreBind).
+    """The annotations for what ``alloc`` holds on its node of ``state`` (sent with the Binding).
 
     Slots become the minors and UUIDs of the node's devices; each GPU's memory is the MiB
     held there (which for a memory-sized or ratio request is not its compute share).

@@ -178,16 +178,17 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
 
 
 def _scheduler_rules() -> list[Obj]:
-    """Only what ``kgpu run`` does: read and annotate pods, bind them, read nodes, record
+    """Only what ``kgpu run`` does: read pods, bind them (the Binding carries the device
+    annotations), delete preempted and reclaimed ones, read nodes, record
     events, read kgpu's custom resources and write the status of those it reports on; run
     the Workspace controller (:mod:`kgpu.kube.workspace_controller`); with ``--autoscale``,
     create and delete trigger pods, install their PriorityClass and read Karpenter's
     NodeClaims."""
     crs = ["queues", "podgroups", "devices", "workspaces"]
     return [
-        # create and delete: --autoscale's trigger pods (cluster-wide: their namespace is an
-        # option of `kgpu run`)
-        _rule([""], ["pods"], ["get", "list", "watch", "patch", "create", "delete"]),
+        # delete: the victims of preemption and reclaim, and --autoscale's trigger pods;
+        # create: those trigger pods (cluster-wide: their namespace is an option of `kgpu run`)
+        _rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
         _rule([""], ["pods/binding"], ["create"]),
         _rule([""], ["nodes"], ["get", "list", "watch"]),
         # core/v1 Events: what `kubectl describe` shows on every version; patch counts repeats
@@ -337,9 +338,8 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
         {
             **_hook("pods.kgpu.io", client, opts.failure_policy),
             "namespaceSelector": skip,
-            # CREATE only: a pending pod's request cannot change after it, but the
-            # scheduler's own PreBind annotation is an UPDATE of every pod it binds, and
-            # a webhook call there would cost each bind a round trip for nothing.
+            # CREATE only: a pending pod's request cannot change after it, and an UPDATE
+            # rule would put a webhook call in front of every status and label change.
             "rules": [_webhook_rule("", "v1", ["CREATE"], "pods")],
         },
         {
