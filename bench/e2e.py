@@ -2,17 +2,18 @@
 
     bash ../shared/tools/kube-apiserver/start.sh        # once: etcd + kube-apiserver on loopback
     .venv/bin/python bench/e2e.py [--kubeconfig PATH] [--nodes 1000] [--pods 10000]
-                                  [--workers 16]
+                                  [--workers 16] [--batch 1000]
 
 Creates ``--nodes`` GPU nodes (8 A100 each, GPU Feature Discovery labels, Ready) and
 ``--pods`` pending GPU pods in a fresh namespace (three in four shares of one GPU by the
 ``gpu-fraction`` annotation, the others one or two whole GPUs; 0.66 GPU each on average),
 then starts the scheduler that ``kgpu run`` starts, in this process with its default
-settings (but ``--workers``, the binds in flight at once), and times from its start until
-every pod is bound, as its own watch of the API server reports. Each pod costs the API
-server two writes: the Binding, which carries the device annotations, and the Scheduled
-event; on a server that ignores a Binding's preconditions (v1.20) also a read of the pod
-just before its Binding (see ``kgpu.kube.binder``).
+settings (but ``--workers``, the binds in flight at once, and ``--batch``, the pods
+decided per session), and times from its start until every pod is bound, as its own
+watch of the API server reports. Each pod costs the API server two writes: the Binding,
+which carries the device annotations, and the Scheduled event; on a server that ignores
+a Binding's preconditions (v1.20) also a read of the pod just before its Binding (see
+``kgpu.kube.binder``).
 
 Prints the pods bound per second, then where the time went: the scheduler's own work
 (snapshot and decisions per session, and the pods it decides per second of that), the
@@ -128,6 +129,9 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=LoopConfig().bind_workers, help="binds in flight at once"
     )
+    parser.add_argument(
+        "--batch", type=int, default=LoopConfig().batch_size, help="pods decided per session"
+    )
     opts = parser.parse_args()
     client = KubeClient.from_kubeconfig(opts.kubeconfig, pool_size=32)
     tag = uuid.uuid4().hex[:6]
@@ -195,7 +199,7 @@ def measure(
         scheduler_name=SCHEDULER,
         metrics_port=None,
         lease_name=f"kgpu-bench-{tag}",
-        loop=LoopConfig(scheduler_name=SCHEDULER, bind_workers=opts.workers),
+        loop=LoopConfig(scheduler_name=SCHEDULER, bind_workers=opts.workers, batch_size=opts.batch),
     )
     running = RunningScheduler(options)
     started = time.perf_counter()

@@ -225,7 +225,9 @@ def test_a_dropped_watch_relists(double: KubeDouble, client: KubeClient) -> None
         wait_until(lambda: sorted(n["metadata"]["name"] for n in informer.items()) == ["n2", "n3"])
         log = [(r.method, r.path, r.status) for r in double.requests]
         assert informer.lists >= 2, log
-        assert informer.watches >= 2, log
+        # The relist fills the cache before the informer opens its next watch: wait for
+        # that watch rather than race it (this raced, and failed about once in 20 runs).
+        wait_until(lambda: informer.watches >= 2)
     finally:
         informer.stop()
 

@@ -232,6 +232,22 @@ def test_a_malformed_annotation_warns_and_counts_once(double: KubeDouble, start:
     assert allocation_of(double.get("pods", "a", "default") or {})[1] == [1]
 
 
+def test_a_pending_pod_whose_annotation_changes_is_read_again(
+    double: KubeDouble, start: Start
+) -> None:
+    double.put(node_obj("n1", gpus=1))
+    double.put(pod_obj("a", fraction="0.75"))
+    start()
+    wait_until(lambda: "a" in bound(double))
+    double.put(pod_obj("b", fraction="0.5"))
+    wait_until(lambda: any(e.startswith("b:") for e in events(double, "FailedScheduling")))
+    # The owner asks for less: the next session reads the new version of the pod.
+    double.put(pod_obj("b", fraction="0.25"))
+    wait_until(lambda: "b" in bound(double))
+    assert allocation_of(double.get("pods", "b", "default") or {})[1:] == ([0], 250)
+    assert_within_capacity(double, gpus_per_node=1)
+
+
 def test_only_the_leader_binds(double: KubeDouble, start: Start) -> None:
     double.put(node_obj("n1", gpus=8))
     one = start("one")

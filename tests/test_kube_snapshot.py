@@ -183,3 +183,33 @@ def test_unreadable_pending_pods_are_reported_not_scheduled() -> None:
     assert snap.pending == []
     [(obj, error)] = snap.unreadable
     assert obj is bad and "gpu-fraction" in str(error)
+
+
+def test_one_builder_rereads_a_pod_whose_version_changes() -> None:
+    """Sessions share one builder, which remembers each version's reading: a changed pod
+    (new resourceVersion) is read again, a deleted one is forgotten."""
+    builder = SnapshotBuilder("kgpu-scheduler")
+    nodes = [node_obj("a", gpus=2)]
+    nodes[0]["metadata"]["resourceVersion"] = "1"
+    pending = pod_obj("p", fraction="0.5")
+    bound = annotated("b", "a", [0])
+    for obj, version in ((pending, "10"), (bound, "11")):
+        obj["metadata"].update(uid=f"u-{version}", resourceVersion=version)
+    snap = builder.build(nodes, [pending, bound], {})
+    assert [p.spec.gpu.milli for p in snap.pending] == [500]
+    assert free(snap.state, 0) == [0, 1000]
+    # The annotation edited (a new version): the next session sees the new request; the
+    # bound pod's allocation moved to GPU 1 (a new version too) is read where it is now.
+    pending = json.loads(json.dumps(pending))
+    pending["metadata"]["annotations"]["gpu-fraction"] = "0.25"
+    pending["metadata"]["resourceVersion"] = "12"
+    bound = json.loads(json.dumps(bound))
+    bound["metadata"]["annotations"].update(render([1], 1000))
+    bound["metadata"]["resourceVersion"] = "13"
+    snap = builder.build(nodes, [pending, bound], {})
+    assert [p.spec.gpu.milli for p in snap.pending] == [250]
+    assert free(snap.state, 0) == [1000, 0]
+    assert snap.problems == []
+    assert len(builder.conversions) == 3  # the node and the two pods
+    snap = builder.build(nodes, [bound], {})
+    assert snap.pending == [] and len(builder.conversions) == 2

@@ -32,14 +32,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgpu.kube.allocation import ALLOCATION_ANNOTATION, parse
-from kgpu.kube.convert import ConversionError, node_from_k8s, object_ref, pod_from_k8s
+from kgpu.kube.allocation import ALLOCATION_ANNOTATION
+from kgpu.kube.conversions import Conversions, PodReading, pod_fields
+from kgpu.kube.convert import ConversionError, object_ref
 from kgpu.kube.rebuild import account_recorded, account_unrecorded
-from kgpu.kube.resources import meta, object_key, resource_version, uid
-from kgpu.model.node import NodeInfo, NodeName
+from kgpu.kube.resources import meta, object_key, uid
+from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import ClusterState
 from kgpu.state.holding import hold_rest
+
+__all__ = ["Assumed", "PendingPod", "Problem", "Snapshot", "SnapshotBuilder", "pod_fields"]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -101,55 +104,14 @@ def is_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
-def pod_fields(obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
-    """(spec.schedulerName, spec.nodeName, status.phase, being deleted), read leniently."""
-    spec = obj.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
-    status = obj.get("status")
-    status = status if isinstance(status, Mapping) else {}
-    return (
-        str(spec.get("schedulerName") or "default-scheduler"),
-        str(spec.get("nodeName") or ""),
-        str(status.get("phase") or ""),
-        meta(obj).get("deletionTimestamp") is not None,
-    )
-
-
 class SnapshotBuilder:
-    """Builds snapshots; remembers conversions by (uid, resourceVersion) between sessions,
-    so a session reads only the objects that changed since the last one."""
+    """Builds snapshots; what each object reads as is remembered by (uid, resourceVersion)
+    between sessions (:mod:`kgpu.kube.conversions`), so a session reads only the objects
+    that changed since the last one."""
 
     def __init__(self, scheduler_name: str) -> None:
         self.scheduler_name = scheduler_name
-        self._pods: dict[str, tuple[str, PodSpec | ConversionError]] = {}
-        self._nodes: dict[str, tuple[str, NodeInfo | ConversionError]] = {}
-
-    def _pod(self, obj: Mapping[str, Any]) -> PodSpec | ConversionError:
-        key, version = uid(obj) or object_key(obj), resource_version(obj)
-        known = self._pods.get(key)
-        if known is not None and known[0] == version and version:
-            return known[1]
-        try:
-            spec: PodSpec | ConversionError = pod_from_k8s(obj)
-        except ConversionError as exc:
-            spec = exc
-        self._pods[key] = (version, spec)
-        return spec
-
-    def _node(
-        self, obj: Mapping[str, Any], device: Mapping[str, Any] | None = None
-    ) -> NodeInfo | ConversionError:
-        key = object_key(obj)
-        version = resource_version(obj) + ("/" + resource_version(device) if device else "")
-        known = self._nodes.get(key)
-        if known is not None and known[0] == version and version:
-            return known[1]
-        try:
-            node: NodeInfo | ConversionError = node_from_k8s(obj, device)
-        except ConversionError as exc:
-            node = exc
-        self._nodes[key] = (version, node)
-        return node
+        self.conversions = Conversions()
 
     def build(
         self,
@@ -162,12 +124,12 @@ class SnapshotBuilder:
         topology and the kubelet's checkpoint), for the nodes that have one."""
         problems: list[Problem] = []
         nodes = []
-        node_keys: set[str] = set()
+        read = self.conversions
         for obj in sorted(node_objs, key=object_key):
             if not is_ready(obj):
                 continue
-            node_keys.add(object_key(obj))
-            node = self._node(obj, (devices or {}).get(str(meta(obj).get("name"))))
+            key = object_key(obj)
+            node = read.node(key, obj, (devices or {}).get(str(meta(obj).get("name"))))
             if isinstance(node, ConversionError):
                 problems.append(
                     Problem(obj, "InvalidNode", f"{node}; the node is not scheduled to")
@@ -175,40 +137,39 @@ class SnapshotBuilder:
             else:
                 nodes.append(node)
         snap = Snapshot(ClusterState(nodes), problems=problems)
-        ours: list[tuple[Mapping[str, Any], PodSpec, int]] = []
-        others: list[tuple[Mapping[str, Any], PodSpec | ConversionError, int]] = []
-        seen: set[str] = set()
-        for obj in sorted(pod_objs, key=_creation_order):
-            scheduler, node_name, phase, deleting = pod_fields(obj)
-            if phase in TERMINAL_PHASES:
+        ours: list[tuple[PodReading, PodSpec, int]] = []
+        others: list[tuple[PodReading, int]] = []
+        index_of = snap.state.index
+        readings = sorted((read.pod(obj) for obj in pod_objs), key=_creation_order)
+        read.forget()
+        for pod in readings:
+            if pod.phase in TERMINAL_PHASES:
                 continue
-            seen.add(uid(obj) or object_key(obj))
-            spec = self._pod(obj)
+            spec = pod.spec
             if isinstance(spec, PodSpec):
                 snap.specs.append(spec)
-            if node_name:
-                index = snap.state.index.get(NodeName(node_name))
+            if pod.node:
+                index = index_of.get(NodeName(pod.node))
                 if index is None:
                     continue  # on a node that is not Ready (or not there): nothing to share
-                if scheduler == self.scheduler_name and isinstance(spec, PodSpec):
-                    ours.append((obj, spec, index))
-                    if not deleting:
-                        snap.bound.append(PendingPod(obj, spec))
+                if pod.scheduler == self.scheduler_name and isinstance(spec, PodSpec):
+                    ours.append((pod, spec, index))
+                    if not pod.deleting:
+                        snap.bound.append(PendingPod(pod.obj, spec))
                 else:
-                    others.append((obj, spec, index))
-            elif scheduler == self.scheduler_name and not deleting:
-                key = PodKey(object_key(obj))
-                entry = assumed.get(key)
-                if entry is not None and entry.uid == uid(obj):
+                    others.append((pod, index))
+            elif pod.scheduler == self.scheduler_name and not pod.deleting:
+                entry = assumed.get(PodKey(pod.key))
+                if entry is not None and entry.uid == pod.uid:
                     continue
                 if isinstance(spec, ConversionError):
-                    snap.unreadable.append((obj, spec))
+                    snap.unreadable.append((pod.obj, spec))
                 else:
-                    snap.pending.append(PendingPod(obj, spec))
-        self._forget(seen, node_keys)
-        for obj, spec, index in ours:
-            self._account_ours(snap, obj, spec, index)
-        for obj, maybe, index in others:
+                    snap.pending.append(PendingPod(pod.obj, spec))
+        for pod, spec, index in ours:
+            self._account_ours(snap, pod, spec, index)
+        for pod, index in others:
+            obj, maybe = pod.obj, pod.spec
             if isinstance(maybe, ConversionError):
                 _hold(snap.state, PodKey(object_key(obj)), index)
                 snap.held += 1
@@ -236,36 +197,22 @@ class SnapshotBuilder:
             snap.assumed += 1
         return snap
 
-    def _forget(self, pods: set[str], nodes: set[str]) -> None:
-        """Drop remembered conversions of objects that are gone, so memory stays bounded."""
-        for key in [k for k in self._pods if k not in pods]:
-            del self._pods[key]
-        for key in [k for k in self._nodes if k not in nodes]:
-            del self._nodes[key]
-
-    def _account_ours(
-        self, snap: Snapshot, obj: Mapping[str, Any], spec: PodSpec, index: int
-    ) -> None:
-        state = snap.state
-        text = _annotations(obj).get(ALLOCATION_ANNOTATION)
+    def _account_ours(self, snap: Snapshot, pod: PodReading, spec: PodSpec, index: int) -> None:
+        obj = pod.obj
         if not spec.gpu.wants_devices:
             self._account_lowest(snap, spec, index, obj)
             return
-        ref = object_ref("Pod", obj)
-        why = ""
-        if text is None:
-            why = f"{ref}: annotation {ALLOCATION_ANNOTATION} is missing"
+        found = pod.allocation
+        if found is None:
+            why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} is missing"
+        elif isinstance(found, ConversionError):
+            why = str(found)
         else:
-            try:
-                found = parse(ref, text)
-            except ConversionError as exc:
-                why = str(exc)
-            else:
-                why = account_recorded(state, spec, index, found)
-                if not why:
-                    snap.from_annotations += 1
-                    return
-                why = f"{ref}: annotation {ALLOCATION_ANNOTATION} {why}"
+            why = account_recorded(snap.state, spec, index, found)
+            if not why:
+                snap.from_annotations += 1
+                return
+            why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} {why}"
         where = self._account_lowest(snap, spec, index, obj)
         snap.problems.append(Problem(obj, "InvalidDeviceAllocation", f"{why}; accounted {where}"))
 
@@ -284,13 +231,8 @@ class SnapshotBuilder:
         return f"as filling what is left of {state.nodes[index].name}"
 
 
-def _creation_order(obj: Mapping[str, Any]) -> tuple[str, str]:
-    return (str(meta(obj).get("creationTimestamp") or ""), object_key(obj))
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = meta(obj).get("annotations")
-    return value if isinstance(value, Mapping) else {}
+def _creation_order(pod: PodReading) -> tuple[str, str]:
+    return pod.order
 
 
 def _fits(state: ClusterState, spec: PodSpec, index: int, gpus: Iterable[int]) -> bool:
