@@ -292,6 +292,14 @@ class KubeDouble:
         with self._cond:
             return copy.deepcopy(list(self._objects[coll].values()))
 
+    def bound(self) -> dict[str, str]:
+        """Each bound pod's name and its node."""
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in self.objects("pods")
+            if p["spec"].get("nodeName")
+        }
+
     def remove(self, plural: str, name: str, namespace: str | None = None) -> None:
         coll = next(c for c in RESOURCES if c[1] == plural)
         with self._cond:

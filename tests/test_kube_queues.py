@@ -85,14 +85,6 @@ def in_queue(name: str, queue: str, gpus: int = 1, **extra: str) -> dict[str, An
     return pod
 
 
-def bound(double: KubeDouble) -> dict[str, str]:
-    return {
-        p["metadata"]["name"]: p["spec"]["nodeName"]
-        for p in double.objects("pods")
-        if p["spec"].get("nodeName")
-    }
-
-
 def events(double: KubeDouble, reason: str) -> list[str]:
     return [
         f"{e['involvedObject']['kind']} {e['involvedObject']['name']}: {e['message']}"
@@ -187,7 +179,7 @@ def test_a_gang_is_placed_whole_or_not_at_all(double: KubeDouble, start: Start) 
         double.put(member(f"w{i}", "train"))
     start()
     wait_until(lambda: status(double, "podgroups", "train", "default").get("phase") == "Inqueue")
-    assert bound(double) == {}
+    assert double.bound() == {}
     found = status(double, "podgroups", "train", "default")
     assert found["scheduled"] == 0
     assert conditions(found)["Unschedulable"] == (
@@ -196,7 +188,7 @@ def test_a_gang_is_placed_whole_or_not_at_all(double: KubeDouble, start: Start) 
         "0/1 nodes are available: 1 insufficient GPU. (gang default/train: 2 of 3 pods fit)",
     )
     double.put(node_obj("n2", gpus=2))
-    wait_until(lambda: len(bound(double)) == 3)
+    wait_until(lambda: len(double.bound()) == 3)
     wait_until(lambda: status(double, "podgroups", "train", "default").get("phase") == "Running")
     found = status(double, "podgroups", "train", "default")
     assert found["scheduled"] == 3
@@ -210,10 +202,10 @@ def test_a_queue_at_its_limit_leaves_the_pod_pending(double: KubeDouble, start: 
     card = {"volcano.sh/card.name": "A100"}
     double.put(in_queue("first", "small", **card))
     scheduler = start()
-    wait_until(lambda: bound(double) == {"first": "n1"})
+    wait_until(lambda: double.bound() == {"first": "n1"})
     double.put(in_queue("second", "small", **card))
     wait_until(lambda: any("second" in e for e in events(double, "FailedScheduling")))
-    assert bound(double) == {"first": "n1"}
+    assert double.bound() == {"first": "n1"}
     assert [e for e in events(double, "FailedScheduling") if "second" in e] == [
         "Pod second: queue small: gpu requested 1, allocated 1, quota 1"
     ]
@@ -263,11 +255,11 @@ def test_reclaim_deletes_the_victim_and_places_the_reclaimer(
     double.put(in_queue("a1", "a"))
     double.put(in_queue("a2", "a"))
     start()
-    wait_until(lambda: bound(double) == {"a1": "n1", "a2": "n1"})  # b is idle: a borrows
+    wait_until(lambda: double.bound() == {"a1": "n1", "a2": "n1"})  # b is idle: a borrows
     double.put(in_queue("b1", "b"))
-    wait_until(lambda: "b1" in bound(double))
-    assert len(bound(double)) == 2
-    gone = {"a1", "a2"} - set(bound(double))
+    wait_until(lambda: "b1" in double.bound())
+    assert len(double.bound()) == 2
+    gone = {"a1", "a2"} - set(double.bound())
     assert len(gone) == 1 and double.get("pods", gone.pop(), "default") is None
     [said] = events(double, "Reclaimed")
     assert said.endswith(": reclaimed by queue b for default/b1")
@@ -281,7 +273,7 @@ def test_without_queues_no_label_or_card_name_holds_a_pod_back(
     double.put(node_obj("n1", gpus=1))
     double.put(in_queue("p", "no-such-queue", **{"volcano.sh/card.name": "A100"}))
     start()
-    wait_until(lambda: bound(double) == {"p": "n1"})
+    wait_until(lambda: double.bound() == {"p": "n1"})
 
 
 def test_a_malformed_queue_is_reported_and_the_rest_schedules(
@@ -293,7 +285,7 @@ def test_a_malformed_queue_is_reported_and_the_rest_schedules(
     double.put(in_queue("fine", "good"))
     double.put(in_queue("stuck", "bad"))
     start()
-    wait_until(lambda: bound(double) == {"fine": "n1"})
+    wait_until(lambda: double.bound() == {"fine": "n1"})
     wait_until(lambda: any("stuck" in e for e in events(double, "FailedScheduling")))
     assert [e for e in events(double, "FailedScheduling") if "stuck" in e] == [
         "Pod stuck: queue bad does not exist or is invalid"

@@ -62,14 +62,6 @@ def start(double: KubeDouble, tmp_path: Path) -> Iterator[Start]:
         scheduler.stop()
 
 
-def bound(double: KubeDouble) -> dict[str, str]:
-    return {
-        p["metadata"]["name"]: p["spec"]["nodeName"]
-        for p in double.objects("pods")
-        if p["spec"].get("nodeName")
-    }
-
-
 def events(double: KubeDouble, reason: str) -> list[str]:
     return [
         f"{e['involvedObject']['name']}: {e['message']}"
@@ -102,7 +94,7 @@ def test_schedules_whole_and_shared_gpu_pods(double: KubeDouble, start: Start) -
                          ("half-b", {"fraction": "0.5"}), ("too-big", {"gpus": 4})]:  # fmt: skip
         double.put(pod_obj(name, **kwargs))  # type: ignore[arg-type]
     scheduler = start()
-    wait_until(lambda: len(bound(double)) == 3)
+    wait_until(lambda: len(double.bound()) == 3)
     pods = {p["metadata"]["name"]: p for p in double.objects("pods")}
     assert allocation_of(pods["whole"])[1:] == ([0], 1000)
     assert allocation_of(pods["half-a"])[1:] == ([1], 500) == allocation_of(pods["half-b"])[1:]
@@ -130,7 +122,7 @@ def test_pods_of_other_schedulers_use_their_gpus(double: KubeDouble, start: Star
     double.put(pod_obj("b", gpus=1))
     start()
     wait_until(lambda: len(events(double, "FailedScheduling")) == 1)
-    wait_until(lambda: set(bound(double)) == {"theirs", "a"})
+    wait_until(lambda: set(double.bound()) == {"theirs", "a"})
     assert allocation_of(double.get("pods", "a", "default") or {})[1] == [1]  # GPU 0 is theirs
 
 
@@ -143,7 +135,7 @@ def test_a_failed_bind_releases_and_retries(double: KubeDouble, start: Start, st
     double.put(pod_obj("a", gpus=1))
     double.fail("POST", BINDING, status)
     start()
-    wait_until(lambda: bound(double) == {"a": "n1"})
+    wait_until(lambda: double.bound() == {"a": "n1"})
     assert binding_requests(double) == [("a", status), ("a", 201)]
     assert any("Binding rejected" in e for e in events(double, "FailedScheduling"))
     assert allocation_of(double.get("pods", "a", "default") or {})[1] == [0]
@@ -157,9 +149,9 @@ def test_a_released_gpu_goes_to_one_pod_only(double: KubeDouble, start: Start) -
     double.put(pod_obj("b", gpus=1))
     double.fail("POST", BINDING, 500)
     start()
-    wait_until(lambda: len(bound(double)) == 1)
+    wait_until(lambda: len(double.bound()) == 1)
     wait_until(lambda: len(events(double, "FailedScheduling")) >= 2)
-    assert len(bound(double)) == 1
+    assert len(double.bound()) == 1
     assert [s for _, s in binding_requests(double)].count(201) == 1
     assert_within_capacity(double, 1)
 
@@ -173,9 +165,9 @@ def test_a_slow_bind_keeps_its_reservation(double: KubeDouble, start: Start) -> 
     scheduler = start()
     wait_until(lambda: "default/a" in scheduler.loop.assumed())
     double.put(pod_obj("b", gpus=1))
-    wait_until(lambda: bound(double) == {"a": "n1"})
+    wait_until(lambda: double.bound() == {"a": "n1"})
     wait_until(lambda: any(e.startswith("b:") for e in events(double, "FailedScheduling")))
-    assert bound(double) == {"a": "n1"}
+    assert double.bound() == {"a": "n1"}
     assert [s for _, s in binding_requests(double)].count(201) <= 1
     assert_within_capacity(double, 1)
 
@@ -187,7 +179,7 @@ def test_a_pod_deleted_mid_cycle_is_released(double: KubeDouble, start: Start) -
     # The pod goes just as its Binding arrives: 404, and its GPU is free again.
     double.before("POST", "/pods/a/binding$", lambda: double.remove("pods", "a", "default"))
     start()
-    wait_until(lambda: bound(double) == {"b": "n1"})
+    wait_until(lambda: double.bound() == {"b": "n1"})
     assert double.get("pods", "a", "default") is None
     assert allocation_of(double.get("pods", "b", "default") or {})[1] == [0]
 
@@ -196,7 +188,7 @@ def test_a_restart_rebuilds_allocations_from_annotations(double: KubeDouble, sta
     double.put(node_obj("n1", gpus=2))
     first = start("first")
     double.put(pod_obj("a", gpus=1))
-    wait_until(lambda: bound(double) == {"a": "n1"})
+    wait_until(lambda: double.bound() == {"a": "n1"})
     first.stop()
     # A pod of ours bound on GPU 1, as its annotation says; the lowest free GPU would be 0.
     double.put(node_obj("n2", gpus=2))
@@ -207,7 +199,7 @@ def test_a_restart_rebuilds_allocations_from_annotations(double: KubeDouble, sta
     for name in ("b", "c"):
         double.put(pod_obj(name, gpus=1))
     start("second")
-    wait_until(lambda: len(bound(double)) == 4)
+    wait_until(lambda: len(double.bound()) == 4)
     use = gpu_use(double.objects("pods"))
     assert sorted(use) == [("n1", 0), ("n1", 1), ("n2", 0), ("n2", 1)]
     assert_within_capacity(double, 2)
@@ -223,7 +215,7 @@ def test_a_malformed_annotation_warns_and_counts_once(double: KubeDouble, start:
     double.put(pod_obj("a", gpus=1))
     double.put(pod_obj("b", gpus=1))
     start()
-    wait_until(lambda: len(bound(double)) == 2)
+    wait_until(lambda: len(double.bound()) == 2)
     wait_until(lambda: len(events(double, "FailedScheduling")) == 1)
     warnings = events(double, "InvalidDeviceAllocation")
     assert len(warnings) == 1
@@ -238,12 +230,12 @@ def test_a_pending_pod_whose_annotation_changes_is_read_again(
     double.put(node_obj("n1", gpus=1))
     double.put(pod_obj("a", fraction="0.75"))
     start()
-    wait_until(lambda: "a" in bound(double))
+    wait_until(lambda: "a" in double.bound())
     double.put(pod_obj("b", fraction="0.5"))
     wait_until(lambda: any(e.startswith("b:") for e in events(double, "FailedScheduling")))
     # The owner asks for less: the next session reads the new version of the pod.
     double.put(pod_obj("b", fraction="0.25"))
-    wait_until(lambda: "b" in bound(double))
+    wait_until(lambda: "b" in double.bound())
     assert allocation_of(double.get("pods", "b", "default") or {})[1:] == ([0], 250)
     assert_within_capacity(double, gpus_per_node=1)
 
@@ -257,7 +249,7 @@ def test_only_the_leader_binds(double: KubeDouble, start: Start) -> None:
     wait_until(two.elector.status_known.is_set)
     for i in range(4):
         double.put(pod_obj(f"p{i}", gpus=1))
-    wait_until(lambda: len(bound(double)) == 4)
+    wait_until(lambda: len(double.bound()) == 4)
     agents = {r.agent for r in double.requests if r.path.endswith("/binding")}
     assert agents == {"kgpu-scheduler/one"}
     assert not two.elector.is_leader()
@@ -266,7 +258,7 @@ def test_only_the_leader_binds(double: KubeDouble, start: Start) -> None:
     since = len(double.requests)
     for i in range(4, 6):
         double.put(pod_obj(f"p{i}", gpus=1))
-    wait_until(lambda: len(bound(double)) == 6)
+    wait_until(lambda: len(double.bound()) == 6)
     late = {r.agent for r in double.requests[since:] if r.path.endswith("/binding")}
     assert late == {"kgpu-scheduler/two"}
     assert_within_capacity(double, 8)
@@ -283,7 +275,7 @@ def test_a_leader_cut_off_stops_binding(double: KubeDouble, start: Start) -> Non
     wait_until(lambda: not one.elector.is_leader(), timeout=3)
     double.put(pod_obj("p", gpus=1))
     time.sleep(0.5)
-    assert bound(double) == {}
+    assert double.bound() == {}
     assert binding_requests(double) == []
 
 
@@ -306,7 +298,7 @@ def test_device_resources_name_the_gpus_in_the_annotation(double: KubeDouble, st
     )
     double.put(pod_obj("whole", gpus=1))
     start()
-    wait_until(lambda: len(bound(double)) == 1)
+    wait_until(lambda: len(double.bound()) == 1)
     pod = next(p for p in double.objects("pods") if p["metadata"]["name"] == "whole")
     allocation = json.loads(pod["metadata"]["annotations"]["kgpu.io/device-allocation"])
     assert allocation["gpu"][0]["minor"] == 0
@@ -332,7 +324,7 @@ def test_each_bind_is_one_write_that_carries_the_allocation(
     for name in ("a", "b", "c"):
         double.put(pod_obj(name, fraction="0.5"))
     start()
-    wait_until(lambda: len(bound(double)) == 3)
+    wait_until(lambda: len(double.bound()) == 3)
     assert sorted(binding_requests(double)) == [("a", 201), ("b", 201), ("c", 201)]
     pod_writes = [r for r in double.requests if "/pods" in r.path and r.method in ("PATCH", "PUT")]
     assert pod_writes == []

@@ -24,8 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from kgpu.autoscale.observed import ObservedNode, ObservedNodeClaim
-from kgpu.kube.resources import Resource
-from kgpu.kube.triggers import parse_time
+from kgpu.kube.resources import Resource, parse_time
 from kgpu.model.nodepool import (
     CATALOGUE,
     INSTANCE_TYPE_LABEL,

@@ -33,8 +33,8 @@ from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session import Session, collector_paused
 from kgpu.framework.session import Snapshot as SessionSnapshot
 from kgpu.kube.convert import ConversionError
-from kgpu.kube.queues import pod_group_of, podgroup_from_k8s, queue_from_k8s, timestamp
-from kgpu.kube.resources import meta, object_key, resource_version, uid
+from kgpu.kube.queues import pod_group_of, podgroup_from_k8s, queue_from_k8s
+from kgpu.kube.resources import meta, object_key, parse_time, resource_version, uid
 from kgpu.kube.snapshot import Assumed, PendingPod, Problem, Snapshot
 from kgpu.model.card import NAME_ANNOTATION
 from kgpu.model.job import JobKey, JobSpec, Task
@@ -142,7 +142,7 @@ def assemble(
     def add(task: Task, obj: Obj | None) -> None:
         tasks.append(task)
         pods_of.setdefault(task.job, []).append(task)
-        created[task.key] = timestamp(meta(obj).get("creationTimestamp")) if obj else now
+        created[task.key] = parse_time(meta(obj).get("creationTimestamp")) if obj else now
 
     for pod in snap.bound:
         if pod.spec.key in allocations:
@@ -207,4 +207,4 @@ def _without_card(task: Task) -> Task:
 def _started(obj: Obj, now: float) -> float:
     status = obj.get("status")
     start = status.get("startTime") if isinstance(status, Mapping) else None
-    return timestamp(start) or timestamp(meta(obj).get("creationTimestamp")) or now
+    return parse_time(start) or parse_time(meta(obj).get("creationTimestamp")) or now

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime
 from fractions import Fraction
 from typing import Any, Final
 
 from kgpu.kube.fields import MISSING, ConversionError, Fields
-from kgpu.kube.resources import meta
+from kgpu.kube.resources import meta, parse_time
 from kgpu.kube.triggers import GANG_ANNOTATIONS
 from kgpu.model.card import (
     QUOTA_ANNOTATION,
@@ -162,7 +161,7 @@ def podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
         queue=fields.string(spec, "queue", "spec.queue"),
         min_member=low,
         max_member=high,
-        created=timestamp(m.get("creationTimestamp")),
+        created=parse_time(m.get("creationTimestamp")),
         card_request=request,
     )
 
@@ -173,17 +172,6 @@ def pod_group_of(pod: PodSpec) -> JobKey:
     if not name:
         return JobKey("")
     return JobKey(f"{pod.key.split('/', 1)[0]}/{name}")
-
-
-def timestamp(value: object) -> float:
-    """An RFC 3339 time of the API (``creationTimestamp``, ``startTime``) in Unix seconds;
-    0 when absent or unreadable (it only orders equals, so it never blocks anything)."""
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 # ---------------------------------------------------------------------------- back to quantities

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -74,3 +75,13 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 def uid(obj: Mapping[str, Any]) -> str:
     return str(meta(obj).get("uid", ""))
+
+
+def parse_time(value: object) -> float:
+    """An RFC 3339 timestamp ("2025-01-02T03:04:05Z") as seconds since the epoch; 0 if absent."""
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

@@ -27,13 +27,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from kgpu.autoscale.demand import DemandGroup, PendingPod, TriggerSpec
 from kgpu.autoscale.observed import ObservedTrigger
 from kgpu.kube.convert import ConversionError, object_ref, pod_from_k8s
-from kgpu.kube.resources import Resource
+from kgpu.kube.resources import Resource, parse_time
 from kgpu.model.nodepool import (
     GPU_PRODUCT_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -235,16 +234,6 @@ def _requirement(r: NodeRequirement) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- reading
-
-
-def parse_time(value: object) -> float:
-    """An RFC 3339 timestamp ("2025-01-02T03:04:05Z") as seconds since the epoch; 0 if absent."""
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
