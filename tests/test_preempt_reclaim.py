@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from kgpu.actions.run import SessionConfig, open_session
+from kgpu.actions.victims import VictimPool
+from kgpu.config import load_profile
+from kgpu.framework.session import Session
 from kgpu.model.queue import QueueSpec
+from kgpu.plugins.registry import build_scheduler
 from tests.builders import make_node, make_pod
 from tests.session_harness import Snap, binds, evicted, nominated, pending
 
@@ -79,6 +84,31 @@ def test_a_gang_victim_goes_whole_and_extras_go_first() -> None:
     snap2.job("high", "q", priority=9)
     snap2.pending(make_pod("high").gpus(1), job="high")
     assert evicted(snap2.run()) == ["gang-0", "gang-1"]  # half a gang is no use to anyone
+
+
+def test_victim_units_made_later_in_a_session_see_what_it_committed() -> None:
+    # Reclaim's pool and each queue's pool in preempt share the units worked out for a job
+    # until the job's pods change: pods placed make extras, pods evicted are gone.
+    snap = Snap([make_node("a").gpus(8).build()], [QueueSpec("q")])
+    snap.job("elastic", "q", min_member=1)
+    for i in range(3):
+        snap.running(make_pod(f"el-{i}").gpus(1), node="a", job="elastic", started=float(i))
+    snap.job("solo", "q", min_member=1)
+    snap.running(make_pod("solo-0").gpus(1), node="a", job="solo", started=5.0)
+    more = snap.pending(make_pod("solo-1").gpus(1), job="solo")
+    config = SessionConfig()
+    session = open_session(snap.snapshot(), build_scheduler(load_profile("bestfit")), config)
+
+    def units(session: Session) -> list[list[str]]:
+        pool = VictimPool(session, session.jobs)
+        return [[t.pod.key.removeprefix("default/") for t in u.tasks(session)] for u in pool.units]
+
+    assert units(session) == [["el-2"], ["el-1"], ["solo-0"], ["el-0", "el-1", "el-2"]]
+    statement = session.statement()
+    statement.evict(session.job_of["default/el-2"].running[-1], "for the test")
+    statement.allocate(more, 0, (7,), None)
+    statement.commit()
+    assert units(session) == [["solo-0"], ["el-1"], ["solo-0"], ["el-0", "el-1"]]
 
 
 # ------------------------------------------------------------------------------ reclaim

@@ -7,14 +7,16 @@ from collections.abc import Sequence
 import pytest
 
 from kgpu.actions.allocate import Allocate
+from kgpu.actions.placement import Placer
 from kgpu.config import load_profile
+from kgpu.framework.scheduler import Placement
 from kgpu.framework.session import Session
 from kgpu.framework.statement import Statement
 from kgpu.framework.status import Code, Status
 from kgpu.model.job import JobInfo, Task
 from kgpu.model.queue import QueueSpec
 from kgpu.plugins.registry import build_scheduler
-from tests.builders import make_node, make_pod
+from tests.builders import PodBuilder, make_node, make_pod
 from tests.session_harness import Snap
 
 
@@ -93,6 +95,59 @@ def test_statement_discard_undoes_in_reverse_and_restores_everything() -> None:
     assert session.ledger.allocated == ledger_before
     assert session.job_of[fresh.pod.key].pending == [fresh]
     snap.state.check_invariants()
+
+
+def test_what_failed_to_fit_is_tried_again_once_room_is_freed_and_only_then() -> None:
+    snap = Snap([make_node("n").gpus(4).build()], queues=[QueueSpec("q")])
+    old = snap.running(make_pod("old").gpus(2), node="n", queue="q")
+    filler = snap.pending(make_pod("filler").gpus(2), queue="q")
+    big = snap.pending(make_pod("big").gpus(2), queue="q").pod
+    session = _session(snap)
+    placer = Placer(session)
+
+    def fits() -> bool:
+        return isinstance(placer.schedule(big), Placement)
+
+    gang = session.statement()
+    gang.allocate(filler, 0, (2, 3), None)
+    assert not fits()
+    gang.discard()  # the filler's GPUs are free again: what failed may fit now
+    assert fits()
+    gang = session.statement()
+    gang.allocate(filler, 0, (2, 3), None)
+    assert not fits()
+    trial = session.statement()
+    trial.evict(old, "")
+    assert fits()
+    trial.discard()  # a trial of victims undone: exactly the state where big failed
+    assert not fits()
+    gang.discard()
+    taken = session.statement()
+    taken.evict(old, "for the test")
+    taken.commit()
+    assert fits()
+
+
+@pytest.mark.parametrize(
+    ("pod", "fits"),
+    [
+        (make_pod("two").gpus(2), True),
+        (make_pod("three").gpus(3), False),  # two idle GPUs left
+        (make_pod("share").share(600), True),  # the half-used GPU has 500 left, idle ones 1000
+        (make_pod("cpu").cpu(7000), False),  # 8 cores, 2 taken
+        (make_pod("memory").memory(30_000), False),  # 32 GiB, 4 taken
+        (make_pod("small").cpu(1000).share(250, "V100"), False),  # model
+    ],
+)
+def test_a_trial_fits_a_pod_where_the_filters_pass_it(pod: PodBuilder, fits: bool) -> None:
+    snap = Snap([make_node("n").cpu(8000).memory(32_768).gpus(4).build()], [QueueSpec("q")])
+    snap.running(make_pod("whole").cpu(1000).memory(2048).gpus(1), node="n", queue="q")
+    snap.running(make_pod("half").cpu(1000).memory(2048).share(500), node="n", queue="q")
+    session = _session(snap)
+    spec = pod.build()
+    gpus = Placer(session).fits(spec, 0)
+    assert (gpus is not None) == fits
+    assert isinstance(session.scheduler.schedule(snap.state, spec), Placement) == fits
 
 
 def test_close_leaves_the_snapshot_plus_binds_only() -> None:

@@ -108,8 +108,10 @@ class Allocate:
         self._serve(session, placer, gangs=True)
         self._serve(session, placer, gangs=False)
         for job in session.jobs:
+            if not job.spec.max_member:
+                continue
             room = max(job.max_pods - job.alive, 0)
-            if job.spec.max_member and len(job.pending) > room:
+            if len(job.pending) > room:
                 text = f"job {job.key} runs its maxMember of {job.spec.max_member} pods"
                 status = Status(Code.UNSCHEDULABLE, (text,), "", "MaxMember")
                 session.note(job, status, job.pending[room:])
@@ -117,8 +119,10 @@ class Allocate:
     def _serve(self, session: Session, placer: Placer, gangs: bool) -> None:
         waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
         for job in session.jobs:
-            if not schedulable(session, job) or all(best_effort(t) for t in job.pending):
+            if not schedulable(session, job):
                 continue
+            if best_effort(job.pending[0]) and all(best_effort(t) for t in job.pending):
+                continue  # (the first pod mostly settles it, without a generator)
             if gangs == session.ready(job) or job.alive >= job.max_pods:
                 continue  # the gang pass takes jobs not ready yet, the extras pass ready ones
             waiting.setdefault(job.queue, []).append((session.job_key(job), job))

@@ -22,7 +22,8 @@ class Enqueue:
             for job in session.jobs
             if not job.problem and job.pending and not job.running and not job.placed
         ]
-        candidates.sort(key=lambda job: (session.queue_key(job.queue), session.job_key(job)))
+        queue_keys = {q: session.queue_key(q) for q in {job.queue for job in candidates}}
+        candidates.sort(key=lambda job: (queue_keys[job.queue], session.job_key(job)))
         for job in candidates:
             need = session.need(job)
             verdict = session.check_enqueueable(job, need)

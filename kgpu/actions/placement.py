@@ -3,8 +3,9 @@
 Shared by every action. A pod that names cards (``volcano.sh/card.name: A100|H100``) is
 tried as each card in the written order: the first card whose quota has room and that has
 a node with room wins. What a pod of some shape failed to find is remembered until the
-session next releases something, so the thousands of pods of a saturated cluster that
-share a shape are turned down at the cost of a dictionary lookup, not a cycle each.
+session next releases something (``Session.room_mark``: a trial of victims that is undone
+does not count), so the thousands of pods of a saturated cluster that share a shape are
+turned down at the cost of a dictionary lookup, not a cycle each.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from kgpu.framework.status import Status
 from kgpu.model.card import REPLICAS_LABEL, card_product, mps_replicas
 from kgpu.model.job import Task
 from kgpu.model.pod import PodSpec
+from kgpu.plugins.gpu_fit import GpuFit
+from kgpu.plugins.resource_fit import NodeResourcesFit
 
 Option = tuple[PodSpec, str | None]
 
@@ -48,6 +51,9 @@ class Placer:
         self.session = session
         self._failed: dict[object, tuple[int, Unschedulable]] = {}
         self._options: dict[str, list[Option]] = {}
+        filters = session.scheduler.filters
+        self._checks_room = any(isinstance(f, NodeResourcesFit) for f in filters)
+        self._checks_gpus = any(isinstance(f, GpuFit) for f in filters)
 
     def options(self, task: Task) -> list[Option]:
         """The pod as each card it may run on restricts it (itself if it names none)."""
@@ -72,11 +78,11 @@ class Placer:
         session = self.session
         shape = pod.shape
         failed = self._failed.get(shape)
-        if failed is not None and failed[0] == session.releases:
+        if failed is not None and failed[0] == session.room_mark:
             return Unschedulable(pod, failed[1].status, failed[1].node_reasons)
         outcome = session.scheduler.schedule(session.state, pod)
         if isinstance(outcome, Unschedulable):
-            self._failed[shape] = (session.releases, outcome)
+            self._failed[shape] = (session.room_mark, outcome)
         return outcome
 
     def place(self, statement: Statement, task: Task, pipeline: bool = False) -> Status | None:
@@ -102,6 +108,8 @@ class Placer:
         """The GPUs ``pod`` would get on ``node`` if every filter passes it there, else None."""
         session = self.session
         scheduler, state = session.scheduler, session.state
+        if not self._roomy(pod, node):
+            return None
         cycle = CycleState(state, pod)
         for pre in scheduler.pre_filters:
             if not pre.pre_filter(cycle, pod).ok:
@@ -111,3 +119,23 @@ class Placer:
             if not bool(plugin.filter(cycle, pod, nodes).ok[0]):
                 return None
         return scheduler.gpu_choice.choose_gpus(state, pod, node) if pod.gpu.count else ()
+
+    def _roomy(self, pod: PodSpec, node: int) -> bool:
+        """False where a filter of the profile is sure to turn ``pod`` down on ``node``: the
+        first tests of NodeResourcesFit and GpuFit (of a plain request), read off the
+        state's arrays. Trials of victims ask ``fits`` after every unit they evict, mostly
+        before enough is free: this answers those for a few array reads, not a filter pass.
+        """
+        state = self.session.state
+        if self._checks_room and (
+            state.cpu_free[node] < pod.cpu_milli
+            or state.mem_free[node] < pod.memory_mib
+            or state.pods[node] >= state.max_pods[node]
+        ):
+            return False
+        gpu = pod.gpu
+        if self._checks_gpus and gpu.plain and gpu.count:
+            if gpu.is_shared:
+                return bool(state.gpu_max_free[node] >= gpu.milli)
+            return bool(state.gpu_idle_count[node] >= gpu.count)
+        return True

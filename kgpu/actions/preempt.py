@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from kgpu.actions.allocate import schedulable
 from kgpu.actions.placement import Placer
-from kgpu.actions.victims import VictimPool, make_room, old_enough, old_pods
+from kgpu.actions.victims import VictimPool, make_room
 from kgpu.framework.scheduler import Placement
 from kgpu.framework.session import Session
 from kgpu.model.card import NAME_ANNOTATION
@@ -158,30 +158,48 @@ class Preempt:
         for queue in sorted(by_queue, key=session.queue_key):
             jobs = by_queue[queue]
             pool: VictimPool | None = None
+            giver: JobInfo | None = None
+            least = session.tree.specs[queue].min_runtime_s
             waiting = [j for j in jobs if schedulable(session, j) and not session.ready(j)]
             for job in sorted(waiting, key=session.job_key):
                 if (queue, job.spec.priority) in hopeless or failures.known(session, job, queue):
                     continue
-                if not _anyone_gives(session, job, jobs):
+                giver = _giver(session, job, jobs, giver, least)
+                if giver is None:
                     hopeless.add((queue, job.spec.priority))
                     continue
                 if pool is None:
-                    pool = VictimPool(session, old_pods(session, jobs))
+                    pool = VictimPool(session, jobs)
                 name = session.tree.name(queue)
                 message = f"preempted by {job.key} (priority {job.spec.priority}) in queue {name}"
                 if not take_room(session, placer, job, pool, False, message):
                     failures.add(session, job, queue)
 
 
-def _anyone_gives(session: Session, job: JobInfo, jobs: list[JobInfo]) -> bool:
-    """Would the judges let ``job`` take a pod of any other running job of its queue?
+def _giver(
+    session: Session, job: JobInfo, jobs: list[JobInfo], last: JobInfo | None, least: float
+) -> JobInfo | None:
+    """A running job of ``jobs`` (``job``'s queue, whose min-runtime is ``least``), not
+    ``job``, that the judges would let ``job`` take a pod of, or None if there is none:
+    then preempting is hopeless for ``job``.
 
     Asked about one pod of each job, stopping at the first yes: the shipped judges look at
-    jobs (their priority), not at single pods, so a no for every job is a no for all.
+    jobs (their priority), not at single pods, so a no for every job is a no for all. The
+    giver found for the queue's job before (``last``) is asked first: it mostly still
+    gives, and a queue's waiting jobs then cost one question each, not a walk of the queue.
     """
-    for other in jobs:
-        if other is not job and other.running:
-            pod = other.running[0]
-            if old_enough(session, pod) and session.victim_ok(job, [pod], reclaim=False):
-                return True
-    return False
+    if last is not None and _gives(session, job, last, least):
+        return last
+    for other in jobs:  # a walk of the whole queue when hopeless: kept to a few operations
+        if _gives(session, job, other, least):
+            return other
+    return None
+
+
+def _gives(session: Session, job: JobInfo, other: JobInfo, least: float) -> bool:
+    """Would the judges let ``job`` take the first running pod of ``other``, if it is past
+    its queue's min-runtime (a pod younger than that is never a victim)?"""
+    if other is job or not other.running:
+        return False
+    pod = other.running[0]
+    return session.now - pod.started >= least and session.victim_ok(job, [pod], reclaim=False)

@@ -20,7 +20,7 @@ from kgpu.actions.allocate import schedulable
 from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import Placer
 from kgpu.actions.preempt import Failures, take_room
-from kgpu.actions.victims import VictimPool, old_pods
+from kgpu.actions.victims import VictimPool
 from kgpu.framework.session import Key, Session
 from kgpu.model.fair_share import dominant_ratio
 from kgpu.model.job import JobInfo
@@ -49,7 +49,7 @@ class Reclaim:
             for q in range(len(tree))
             if tree.is_leaf(q) and dominant_ratio(ledger.allocated[q], ledger.fair[q]) > 1
         }
-        pool = VictimPool(session, old_pods(session, [j for j in session.jobs if j.queue in over]))
+        pool = VictimPool(session, [j for j in session.jobs if j.queue in over])
         picker = QueuePicker(session, waiting)
         failures = Failures()  # what failed stays failed for the action (see preempt)
         while (leaf := picker.pick()) is not None:

@@ -19,8 +19,9 @@ stops early once one victim does and no node further on holds an earlier unit.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kgpu.actions.placement import Option, Placer
 from kgpu.framework.session import Session
@@ -56,45 +57,98 @@ def _youngest_first(task: Task) -> tuple[float, str]:
     return -task.started, task.pod.key
 
 
-def victim_units(session: Session, candidates: Sequence[Task]) -> list[Unit]:
-    """The units ``candidates`` (running pods of their jobs that may be victims) form, in
-    victim order."""
-    # A pool covers most running pods of a large cluster: the loops below are written for
-    # speed (locals, one dictionary entry per job, no sort of a job of one pod).
-    job_of, ready, victim_head = session.job_of, session.ready, session.victim_head
-    by_job: dict[str, tuple[JobInfo, set[str]]] = {}
-    for task in candidates:
-        key = task.pod.key
-        job = job_of[key]
-        entry = by_job.get(job.key)
-        if entry is None:
-            by_job[job.key] = (job, {key})
-        else:
-            entry[1].add(key)
-    units: list[tuple[tuple[object, ...], Unit]] = []
-    for name in sorted(by_job):
-        job, eligible = by_job[name]
-        running = job.running
-        count = len(running)
-        if not count:
-            continue
-        alive = job.alive
-        spare = 0
-        while spare < count and ready(job, alive - spare - 1):
-            spare += 1
-        youngest = sorted(running, key=_youngest_first) if count > 1 else running
+class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction of a dataclass
+    """A job's victim units as its pods stood when they were worked out.
+
+    Kept in the session (``Session.victim_plans``) for the pools made later in it: reclaim's
+    and each queue's in preempt cover mostly the same jobs. A job's pods leave ``running``
+    and join ``placed`` only by committed statements (a discarded one puts everything back
+    where it was), and pools are made between statements, so the two counts tell whether
+    the job is still as it was.
+    """
+
+    running: int
+    placed: int
+    youngest: Task | None  # what the victim order is asked about; None: no units
+    extras: tuple[tuple[float, str, Task, tuple[int, ...]], ...]  # -started, key, pod, node
+    gang: tuple[float, str, tuple[int, ...]] | None  # the whole job: as its youngest, nodes
+
+
+def _plan(session: Session, job: JobInfo) -> _Plan:
+    """``job``'s units: its extras (pods it stays ready without), youngest first, that are
+    past their queue's min-runtime, and its whole gang if every pod is."""
+    running, placed = job.running, len(job.placed)
+    count = len(running)
+    least = session.tree.specs[job.queue].min_runtime_s
+    now = session.now
+    allocations = session.state.allocations
+    if count == 1:  # most jobs: what the general case below gives for one pod, for less
+        only = running[0]
+        if now - only.started < least:
+            return _Plan(1, placed, None, (), None)
+        key = only.pod.key
+        where = (allocations[key].node,)
+        extra = ((-only.started, key, only, where),) if session.ready(job, placed) else ()
+        return _Plan(1, placed, only, extra, (-only.started, key, where))
+    eligible = [t for t in running if now - t.started >= least]
+    if not eligible:
+        return _Plan(count, placed, None, (), None)
+    ready, alive = session.ready, count + placed
+    spare = 0
+    while spare < count and ready(job, alive - spare - 1):
+        spare += 1
+    youngest = sorted(running, key=_youngest_first)
+    extras: tuple[tuple[float, str, Task, tuple[int, ...]], ...] = ()
+    if spare:
+        keys = {t.pod.key for t in eligible} if len(eligible) < count else None
+        extras = tuple(
+            (-t.started, t.pod.key, t, (allocations[t.pod.key].node,))
+            for t in [t for t in youngest if keys is None or t.pod.key in keys][:spare]
+        )
+    gang = None
+    if len(eligible) == count:
         first = youngest[0]
-        head = victim_head(first)  # once a job: plugins judge jobs, not pods
-        if spare:
-            for task in [t for t in youngest if t.pod.key in eligible][:spare]:
-                units.append(((False, head, -task.started, task.pod.key), Unit(job, task)))
-        if len(eligible) >= count and all(t.pod.key in eligible for t in running):
-            units.append(((True, head, -first.started, first.pod.key), Unit(job, None)))
-    units.sort(key=lambda pair: pair[0])
-    out = []
-    for rank, (_, unit) in enumerate(units):
-        unit.rank = rank
-        out.append(unit)
+        nodes = tuple(sorted({allocations[t.pod.key].node for t in running}))
+        gang = (-first.started, first.pod.key, nodes)
+    return _Plan(count, placed, youngest[0], extras, gang)
+
+
+def victim_units(session: Session, jobs: Iterable[JobInfo]) -> list[Unit]:
+    """The units the running pods of ``jobs`` form, in victim order: extras first, then the
+    plugins' order, then the youngest first (``rank`` is left to the caller)."""
+    # A pool covers up to every running pod of a large cluster, and its sort was most of
+    # its cost: units are put in buckets of one (extra?, plugins' key), which many jobs
+    # share (the shipped plugins' keys are a queue's ratio and a priority), the buckets
+    # sorted, and in each the units by (-started, pod): the same order as one sort by the
+    # whole key, as keys are unique, for a comparison of two numbers and a string a unit.
+    plans, head_of = session.victim_plans, session.victim_head
+    buckets: dict[tuple[object, ...], list[tuple[float, str, Unit]]] = {}
+    for job in jobs:
+        if job.queue < 0 or not job.running:
+            continue
+        name = job.spec.key
+        plan = plans.get(name)
+        if not (
+            isinstance(plan, _Plan)
+            and plan.running == len(job.running)
+            and plan.placed == len(job.placed)
+        ):
+            plan = plans[name] = _plan(session, job)
+        if plan.youngest is None:
+            continue
+        head = head_of(plan.youngest)  # once a job: plugins judge jobs, not pods
+        if plan.extras:
+            bucket = buckets.setdefault((False, *head), [])
+            for started, key, task, nodes in plan.extras:
+                bucket.append((started, key, Unit(job, task, 0, nodes)))
+        if plan.gang is not None:
+            started, key, nodes = plan.gang
+            buckets.setdefault((True, *head), []).append((started, key, Unit(job, None, 0, nodes)))
+    out: list[Unit] = []
+    for order in sorted(buckets):
+        bucket = buckets[order]
+        bucket.sort()  # by (-started, pod): unique, so units are never compared
+        out.extend([unit for _, _, unit in bucket])
     return out
 
 
@@ -105,23 +159,24 @@ class VictimPool:
     the action's start (the plugins still judge every unit on the accounts of the moment).
     """
 
-    def __init__(self, session: Session, candidates: Sequence[Task]) -> None:
-        self.units = victim_units(session, candidates)
+    def __init__(self, session: Session, jobs: Iterable[JobInfo]) -> None:
+        self.units = victim_units(session, jobs)
         self.by_node: dict[int, list[Unit]] = {}
         self.by_queue: dict[int, list[Unit]] = {}
-        allocations = session.state.allocations
-        for unit in self.units:
-            # What ``unit.tasks`` gives as the units were just made: the extra pod, or all
-            # the job's running pods.
-            if unit.task is not None:
-                unit.nodes = (allocations[unit.task.pod.key].node,)
-            else:
-                running = unit.job.running
-                nodes = {allocations[t.pod.key].node for t in running}
-                unit.nodes = tuple(sorted(nodes)) if len(nodes) > 1 else tuple(nodes)
+        by_node, by_queue = self.by_node, self.by_queue
+        for rank, unit in enumerate(self.units):
+            unit.rank = rank
             for node in unit.nodes:
-                self.by_node.setdefault(node, []).append(unit)
-            self.by_queue.setdefault(unit.job.queue, []).append(unit)
+                found = by_node.get(node)
+                if found is None:
+                    by_node[node] = [unit]
+                else:
+                    found.append(unit)
+            found = by_queue.get(unit.job.queue)
+            if found is None:
+                by_queue[unit.job.queue] = [unit]
+            else:
+                found.append(unit)
 
     def stream(self, queues: set[int] | None) -> Iterable[Unit]:
         """The units of ``queues`` (all if None), in victim order."""
@@ -129,23 +184,6 @@ class VictimPool:
             return self.units
         lists = [self.by_queue[q] for q in sorted(queues) if q in self.by_queue]
         return heapq.merge(*lists, key=lambda unit: unit.rank)
-
-
-def old_enough(session: Session, task: Task) -> bool:
-    """A pod younger than its queue's min-runtime is never a victim."""
-    queue = session.job_of[task.pod.key].queue
-    return queue >= 0 and session.now - task.started >= session.tree.specs[queue].min_runtime_s
-
-
-def old_pods(session: Session, jobs: Iterable[JobInfo]) -> list[Task]:
-    """The running pods of ``jobs`` that ``old_enough`` lets be victims (job by job)."""
-    now, specs = session.now, session.tree.specs
-    out: list[Task] = []
-    for job in jobs:
-        if job.queue >= 0 and job.running:
-            least = specs[job.queue].min_runtime_s
-            out.extend([t for t in job.running if now - t.started >= least])
-    return out
 
 
 @dataclass(slots=True)
@@ -273,7 +311,8 @@ def _try_node(
     fits = False
     for unit in units:
         tasks = unit.tasks(session)
-        if not tasks or not session.victim_ok(job, tasks, reclaim):
+        # Until the first eviction the state is the one ``units`` were judged and kept on.
+        if not tasks or (trial.ops and not session.victim_ok(job, tasks, reclaim)):
             continue
         for victim in tasks:
             trial.evict(victim, "")

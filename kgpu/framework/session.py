@@ -146,7 +146,15 @@ class Session:
         self.result = SessionResult()
         self.cards: dict[str, str | None] = {}  # card each running or placed task holds
         self.releases = 0  # ticks on every release: what failed to fit before may fit now
+        # Names the state up to placements: a new mark on every release, and the mark from
+        # before when a statement of evictions only is discarded (the state is then exactly
+        # what it was). What failed to fit under a mark fails still while it holds.
+        self.room_mark = 0
+        self._marks = 0
         self.statuses: dict[str, Status] = {}
+        # Per job, its victim units as kgpu.actions.victims last worked them out (of a type
+        # that module owns): kept so that each later pool redoes only the jobs that changed.
+        self.victim_plans: dict[str, object] = {}
         self._provisional: list[Op] = []
         self._node_cards: dict[int, tuple[str, ...]] = {}
         self.job_order: list[Callable[[JobInfo], Key]] = []
@@ -166,9 +174,14 @@ class Session:
             self._build_jobs(snapshot)
             for plugin in plugins:
                 plugin.on_open(self)
-            for job in self.jobs:
+            valid = self.job_valid
+            for job in self.jobs:  # loops, not generators: 25,000 jobs at 70,000 pods
                 if job.problem == "":
-                    job.problem = next((v.message for f in self.job_valid if (v := f(job))), "")
+                    for judge in valid:
+                        verdict = judge(job)
+                        if verdict is not None:
+                            job.problem = verdict.message
+                            break
                 if len(job.pending) > 1:
                     job.pending.sort(key=self.task_key)
 
@@ -200,9 +213,12 @@ class Session:
             jobs.append(job)
             running, pending = job.running, job.pending
             cpu = memory = gpu = 0
+            carded = False  # a pod names a card: read below, once the job's pods are sorted
             for task in group:
                 pod = task.pod
                 job_of[pod.key] = job
+                if NAME_ANNOTATION in pod.annotations:
+                    carded = True
                 alloc = allocations.get(pod.key)
                 if alloc is None:
                     pending.append(task)
@@ -216,13 +232,14 @@ class Session:
                 sums[0] += cpu
                 sums[1] += memory
                 sums[2] += gpu
-            for task in group:
-                if NAME_ANNOTATION in task.pod.annotations:
-                    self._read_card(job, task)
+            if carded:
+                for task in group:
+                    if NAME_ANNOTATION in task.pod.annotations:
+                        self._read_card(job, task)
         for q, (cpu, memory, gpu) in enumerate(held):
             if cpu or memory or gpu:
                 self.ledger.charge(q, {CPU: cpu, MEMORY: memory, GPU: gpu})
-        jobs.sort(key=lambda j: j.key)
+        jobs.sort(key=lambda j: j.spec.key)
         self.jobs = jobs
         asked = [[0, 0, 0] for _ in range(len(self.tree))]
         charges = self.charges
@@ -335,21 +352,22 @@ class Session:
         out.update({CPU: cpu, MEMORY: memory, GPU: gpu})
         return out
 
+    # The keys are asked for tens of thousands of times a session: lists, not generators.
     def job_key(self, job: JobInfo) -> Key:
-        return (*(f(job) for f in self.job_order), job.spec.created, job.key)
+        return (*[f(job) for f in self.job_order], job.spec.created, job.spec.key)
 
     def task_key(self, task: Task) -> Key:
-        return (*(f(task) for f in self.task_order), task.pod.key)
+        return (*[f(task) for f in self.task_order], task.pod.key)
 
     def queue_key(self, queue: int) -> Key:
-        return (*(f(queue) for f in self.queue_order), self.tree.name(queue))
+        return (*[f(queue) for f in self.queue_order], self.tree.name(queue))
 
     def victim_key(self, task: Task) -> Key:
         return (*self.victim_head(task), -task.started, task.pod.key)
 
     def victim_head(self, task: Task) -> Key:
         """The plugins' part of ``victim_key``: the same for the pods of one job."""
-        return tuple(f(task) for f in self.victim_order)
+        return tuple([f(task) for f in self.victim_order])  # a list: asked once a job
 
     def ready(self, job: JobInfo, pods: int | None = None) -> bool:
         count = len(job.running) + len(job.placed) if pods is None else pods
@@ -377,13 +395,21 @@ class Session:
         short = self.ledger.shortfall(job.queue, vec)
         if short is not None:
             return quota_status(short)
-        return next((v for f in self.allocatable if (v := f(job, task, vec)) is not None), None)
+        for judge in self.allocatable:  # a loop: asked for every pod placed or tried
+            verdict = judge(job, task, vec)
+            if verdict is not None:
+                return verdict
+        return None
 
     def check_enqueueable(self, job: JobInfo, vec: Vector) -> Verdict:
         short = self.ledger.shortfall(job.queue, vec, with_inqueue=True, resources=BASE)
         if short is not None:
             return quota_status(short)
-        return next((v for f in self.enqueueable if (v := f(job, vec)) is not None), None)
+        for judge in self.enqueueable:
+            verdict = judge(job, vec)
+            if verdict is not None:
+                return verdict
+        return None
 
     def victim_queues(self, job: JobInfo, candidates: set[int]) -> set[int]:
         """Of ``candidates``, the queues ``job`` may reclaim from."""
@@ -403,6 +429,11 @@ class Session:
 
     def statement(self) -> Statement:
         return Statement(self)
+
+    def new_room_mark(self) -> None:
+        """Something was released: a state no mark named before."""
+        self._marks += 1
+        self.room_mark = self._marks
 
     def note(self, job: JobInfo, status: Status, tasks: Sequence[Task] | None = None) -> None:
         """Why ``tasks`` (all the job's pending pods by default) wait; the last word stays."""

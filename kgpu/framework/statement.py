@@ -36,6 +36,7 @@ class Statement:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.ops: list[Op] = []
+        self._mark = session.room_mark  # the state's mark before this statement's releases
 
     def allocate(
         self, task: Task, node: int, gpus: tuple[int, ...], card: str | None, pipeline: bool = False
@@ -60,10 +61,12 @@ class Statement:
         s.ledger.charge(job.queue, vec, -1)
         del job.running[index]
         s.releases += 1
+        s.new_room_mark()
         self.ops.append(Op("evict", task, job, alloc, vec, index, message=message))
 
     def discard(self) -> None:
         s = self.session
+        evictions_only = bool(self.ops) and all(op.kind == "evict" for op in self.ops)
         for op in reversed(self.ops):
             if op.kind == "evict":
                 s.state.allocate(op.task.pod, op.alloc.node, op.alloc.gpus)
@@ -75,6 +78,13 @@ class Statement:
                 op.job.placed.remove(op.task)
                 op.job.pending.insert(op.index, op.task)
                 s.releases += 1
+        if evictions_only:
+            # Every pod is back where it was (a trial of victims, say): the state is the one
+            # the mark named when this statement began (statements nest, the inner one
+            # ending first, so nothing else changed it meanwhile).
+            s.room_mark = self._mark
+        elif self.ops:
+            s.new_room_mark()
         self.ops = []
 
     def commit(self) -> None:

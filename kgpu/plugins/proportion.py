@@ -98,12 +98,26 @@ class Proportion:
                 verdicts[key] = ok
             return ok
 
+        # What a victim of one pod holds, and in which resources: the same for as long as
+        # it runs (a pod put back after a trial gets its very allocation back), and most
+        # units are one pod, judged again at every trial.
+        holdings: dict[str, tuple[Vector, tuple[str, ...]]] = {}
+
+        def holding(unit: Sequence[Task]) -> tuple[Vector, tuple[str, ...]]:
+            key = unit[0].pod.key if len(unit) == 1 else ""
+            found = holdings.get(key) if key else None
+            if found is None:
+                taken = session.held_total(unit)
+                found = (taken, tuple(sorted([r for r, amount in taken.items() if amount > 0])))
+                if key:
+                    holdings[key] = found
+            return found
+
         def reclaimable(reclaimer: JobInfo, unit: Sequence[Task]) -> bool:
             theirs_q = session.job_of[unit[0].pod.key].queue
             if theirs_q < 0 or reclaimer.queue < 0 or theirs_q == reclaimer.queue:
                 return False
-            taken = session.held_total(unit)
-            involved = tuple(sorted(r for r, amount in taken.items() if amount > 0))
+            taken, involved = holding(unit)
             if not queues_agree(reclaimer, theirs_q, involved):
                 return False
             for q in lcas[(reclaimer.queue, theirs_q)][1]:
@@ -118,24 +132,47 @@ class Proportion:
         session.victim_order.append(lambda t: (-ratio(session.job_of[t.pod.key].queue),))
         session.can_reclaim.append(lambda job, need: within_fair((job.queue,), need))
 
+        # Per reclaimer's queue: each other leaf's paths below their common ancestor, the
+        # reclaimer's side as an index into ``sides`` (few: one per ancestor), the other
+        # side without the leaf itself. Asked for ~100 leaves a job, ~1,000 jobs a session.
+        sides: list[tuple[int, ...]] = []
+        side_index: dict[tuple[int, ...], int] = {}
+        routes: dict[int, dict[int, tuple[int, tuple[int, ...]]]] = {}
+
+        def route(own: int, q: int) -> tuple[int, tuple[int, ...]]:
+            mine, theirs = tree.lca_below(own, q)
+            if mine not in side_index:
+                side_index[mine] = len(sides)
+                sides.append(mine)
+            return side_index[mine], tuple(v for v in theirs if v != q)
+
         def reclaim_from(reclaimer: JobInfo, candidates: set[int]) -> set[int]:
             """Of ``candidates``, the leaves whose path below the common ancestor is over its
             share, when the reclaimer's side has room (a superset of what ``reclaimable``
             takes from: it looks at the resources each unit holds)."""
             out: set[int] = set()
-            need = session.need(reclaimer)
-            mine_ok: dict[tuple[int, ...], bool] = {}
             own = reclaimer.queue
+            table = routes.setdefault(own, {})
+            need: Vector | None = None
+            mine_ok: dict[int, bool] = {}
             for q in candidates:  # each verdict stands alone: the order does not matter
                 if q == own or q < 0 or ratio(q) <= 1.0:
                     continue
-                found = lcas.get((own, q))
+                found = table.get(q)
                 if found is None:
-                    found = lcas[(own, q)] = tree.lca_below(own, q)
-                mine, theirs = found
-                if mine not in mine_ok:
-                    mine_ok[mine] = within_fair(mine, need)
-                if mine_ok[mine] and all(ratio(v) > 1.0 for v in theirs):
+                    found = table[q] = route(own, q)
+                side, above = found
+                ok = mine_ok.get(side)
+                if ok is None:
+                    if need is None:
+                        need = session.need(reclaimer)
+                    ok = mine_ok[side] = within_fair(sides[side], need)
+                if not ok:
+                    continue
+                for v in above:
+                    if ratio(v) <= 1.0:
+                        break
+                else:
                     out.add(q)
             return out
 
