@@ -261,6 +261,8 @@ def test_reclaim_deletes_the_victim_and_places_the_reclaimer(
     assert len(double.bound()) == 2
     gone = {"a1", "a2"} - set(double.bound())
     assert len(gone) == 1 and double.get("pods", gone.pop(), "default") is None
+    # Events go out on the recorder's own threads: the deletion may be seen first.
+    wait_until(lambda: len(events(double, "Reclaimed")) == 1)
     [said] = events(double, "Reclaimed")
     assert said.endswith(": reclaimed by queue b for default/b1")
     wait_until(lambda: status(double, "queues", "b").get("allocated", {}).get("gpu") == "1")
