@@ -16,13 +16,12 @@ similar jobs costs a few attempts, not hundreds.
 
 from __future__ import annotations
 
-from kgpu.actions.allocate import schedulable
 from kgpu.actions.placement import Placer
 from kgpu.actions.victims import VictimPool, make_room
 from kgpu.framework.scheduler import Placement
 from kgpu.framework.session import Session
 from kgpu.model.card import NAME_ANNOTATION
-from kgpu.model.job import JobInfo
+from kgpu.model.job import JobInfo, Task
 from kgpu.model.pod import PodSpec
 
 
@@ -90,15 +89,13 @@ class Failures:
         self._smaller: dict[tuple[object, ...], list[tuple[int, int, int]]] = {}
 
     @staticmethod
-    def _sizes(session: Session, job: JobInfo, queue: int) -> tuple[object, ...]:
-        pods = session.needed(job)
-        return (queue, job.spec.priority, tuple(_shape(t.pod) for t in pods))
+    def _sizes(job: JobInfo, queue: int, pods: list[Task]) -> tuple[object, ...]:
+        return (queue, job.spec.priority, tuple([_shape(t.pod) for t in pods]))
 
     @staticmethod
     def _single(
-        session: Session, job: JobInfo, queue: int
+        job: JobInfo, queue: int, pods: list[Task]
     ) -> tuple[tuple[object, ...], tuple[int, int, int]] | None:
-        pods = session.needed(job)
         if len(pods) != 1:
             return None
         pod = pods[0].pod
@@ -120,9 +117,10 @@ class Failures:
         return key, (pod.cpu_milli, pod.memory_mib, gpu.total_milli)
 
     def known(self, session: Session, job: JobInfo, queue: int) -> bool:
-        if self._sizes(session, job, queue) in self._alike:
+        pods = session.needed(job)  # asked once: a loop over the job's pods
+        if self._sizes(job, queue, pods) in self._alike:
             return True
-        single = self._single(session, job, queue)
+        single = self._single(job, queue, pods)
         if single is None:
             return False
         key, size = single
@@ -132,8 +130,9 @@ class Failures:
         )
 
     def add(self, session: Session, job: JobInfo, queue: int) -> None:
-        self._alike.add(self._sizes(session, job, queue))
-        single = self._single(session, job, queue)
+        pods = session.needed(job)
+        self._alike.add(self._sizes(job, queue, pods))
+        single = self._single(job, queue, pods)
         if single is not None:
             self._smaller.setdefault(single[0], []).append(single[1])
 
@@ -155,12 +154,17 @@ class Preempt:
                 by_queue.setdefault(job.queue, []).append(job)
         failures = Failures()
         hopeless: set[tuple[int, int]] = set()
+        ready = session.ready
         for queue in sorted(by_queue, key=session.queue_key):
             jobs = by_queue[queue]
             pool: VictimPool | None = None
             giver: JobInfo | None = None
             least = session.tree.specs[queue].min_runtime_s
-            waiting = [j for j in jobs if schedulable(session, j) and not session.ready(j)]
+            # ``schedulable`` written out: asked of every job of every queue, most of them
+            # running with nothing pending.
+            waiting = [
+                j for j in jobs if j.pending and not j.problem and j.admitted and not ready(j)
+            ]
             for job in sorted(waiting, key=session.job_key):
                 if (queue, job.spec.priority) in hopeless or failures.known(session, job, queue):
                     continue

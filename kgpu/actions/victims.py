@@ -53,10 +53,6 @@ class Unit:
         return [self.task] if session.ready(job, job.alive - 1) else []
 
 
-def _youngest_first(task: Task) -> tuple[float, str]:
-    return -task.started, task.pod.key
-
-
 class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction of a dataclass
     """A job's victim units as its pods stood when they were worked out.
 
@@ -90,39 +86,39 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
         where = (allocations[key].node,)
         extra = ((-only.started, key, only, where),) if session.ready(job, placed) else ()
         return _Plan(1, placed, only, extra, (-only.started, key, where))
-    eligible = [t for t in running if now - t.started >= least]
-    if not eligible:
+    # The youngest first: by (-started, pod), which are unique, so tasks are never compared.
+    order = sorted([(-t.started, t.pod.key, t) for t in running])
+    # Pods younger than the min-runtime are never victims: a prefix of ``order``, as
+    # ``now - started`` only grows as ``started`` falls.
+    young = 0
+    while young < count and now - order[young][2].started < least:
+        young += 1
+    if young == count:
         return _Plan(count, placed, None, (), None)
     ready, alive = session.ready, count + placed
     spare = 0
     while spare < count and ready(job, alive - spare - 1):
         spare += 1
-    youngest = sorted(running, key=_youngest_first)
-    extras: tuple[tuple[float, str, Task, tuple[int, ...]], ...] = ()
-    if spare:
-        keys = {t.pod.key for t in eligible} if len(eligible) < count else None
-        extras = tuple(
-            (-t.started, t.pod.key, t, (allocations[t.pod.key].node,))
-            for t in [t for t in youngest if keys is None or t.pod.key in keys][:spare]
-        )
+    extras = tuple(
+        (started, key, t, (allocations[key].node,))
+        for started, key, t in order[young : young + spare]
+    )
     gang = None
-    if len(eligible) == count:
-        first = youngest[0]
+    if not young:
         nodes = tuple(sorted({allocations[t.pod.key].node for t in running}))
-        gang = (-first.started, first.pod.key, nodes)
-    return _Plan(count, placed, youngest[0], extras, gang)
+        gang = (order[0][0], order[0][1], nodes)
+    return _Plan(count, placed, order[0][2], extras, gang)
 
 
-def victim_units(session: Session, jobs: Iterable[JobInfo]) -> list[Unit]:
-    """The units the running pods of ``jobs`` form, in victim order: extras first, then the
-    plugins' order, then the youngest first (``rank`` is left to the caller)."""
-    # A pool covers up to every running pod of a large cluster, and its sort was most of
-    # its cost: units are put in buckets of one (extra?, plugins' key), which many jobs
-    # share (the shipped plugins' keys are a queue's ratio and a priority), the buckets
-    # sorted, and in each the units by (-started, pod): the same order as one sort by the
-    # whole key, as keys are unique, for a comparison of two numbers and a string a unit.
+def _buckets(
+    session: Session, jobs: Iterable[JobInfo]
+) -> dict[tuple[object, ...], list[tuple[float, str, JobInfo, Task | None, tuple[int, ...]]]]:
+    """The units the running pods of ``jobs`` form, by (extra?, plugins' key), each as
+    (-started, pod, job, extra pod or None for the whole gang, nodes)."""
     plans, head_of = session.victim_plans, session.victim_head
-    buckets: dict[tuple[object, ...], list[tuple[float, str, Unit]]] = {}
+    buckets: dict[
+        tuple[object, ...], list[tuple[float, str, JobInfo, Task | None, tuple[int, ...]]]
+    ] = {}
     for job in jobs:
         if job.queue < 0 or not job.running:
             continue
@@ -140,16 +136,11 @@ def victim_units(session: Session, jobs: Iterable[JobInfo]) -> list[Unit]:
         if plan.extras:
             bucket = buckets.setdefault((False, *head), [])
             for started, key, task, nodes in plan.extras:
-                bucket.append((started, key, Unit(job, task, 0, nodes)))
+                bucket.append((started, key, job, task, nodes))
         if plan.gang is not None:
             started, key, nodes = plan.gang
-            buckets.setdefault((True, *head), []).append((started, key, Unit(job, None, 0, nodes)))
-    out: list[Unit] = []
-    for order in sorted(buckets):
-        bucket = buckets[order]
-        bucket.sort()  # by (-started, pod): unique, so units are never compared
-        out.extend([unit for _, _, unit in bucket])
-    return out
+            buckets.setdefault((True, *head), []).append((started, key, job, None, nodes))
+    return buckets
 
 
 class VictimPool:
@@ -160,23 +151,35 @@ class VictimPool:
     """
 
     def __init__(self, session: Session, jobs: Iterable[JobInfo]) -> None:
-        self.units = victim_units(session, jobs)
+        # The victim order: extras first, then the plugins' order, then the youngest first.
+        # A pool covers up to every running pod of a large cluster, and its sort was most
+        # of its cost: units are put in buckets of one (extra?, plugins' key), which many
+        # jobs share (the shipped plugins' keys are a queue's ratio and a priority), the
+        # buckets sorted, and in each the units by (-started, pod): the same order as one
+        # sort by the whole key, as keys are unique, for a comparison of two numbers and a
+        # string a unit. Each unit is made once its rank is known.
+        buckets = _buckets(session, jobs)
+        self.units: list[Unit] = []
         self.by_node: dict[int, list[Unit]] = {}
         self.by_queue: dict[int, list[Unit]] = {}
-        by_node, by_queue = self.by_node, self.by_queue
-        for rank, unit in enumerate(self.units):
-            unit.rank = rank
-            for node in unit.nodes:
-                found = by_node.get(node)
+        units, by_node, by_queue = self.units, self.by_node, self.by_queue
+        for order in sorted(buckets):
+            bucket = buckets[order]
+            bucket.sort()  # by (-started, pod): unique, so nothing further is compared
+            for _, _, job, task, nodes in bucket:
+                unit = Unit(job, task, len(units), nodes)
+                units.append(unit)
+                for node in nodes:
+                    found = by_node.get(node)
+                    if found is None:
+                        by_node[node] = [unit]
+                    else:
+                        found.append(unit)
+                found = by_queue.get(job.queue)
                 if found is None:
-                    by_node[node] = [unit]
+                    by_queue[job.queue] = [unit]
                 else:
                     found.append(unit)
-            found = by_queue.get(unit.job.queue)
-            if found is None:
-                by_queue[unit.job.queue] = [unit]
-            else:
-                found.append(unit)
 
     def stream(self, queues: set[int] | None) -> Iterable[Unit]:
         """The units of ``queues`` (all if None), in victim order."""
@@ -228,24 +231,26 @@ def make_room(
             if node in seen:
                 continue
             seen.add(node)
-            units = [
-                u
-                for u in pool.by_node[node]
-                if u.job is not job and (queues is None or u.job.queue in queues)
-            ]
             scanned += 1
             # A unit refused now stays refused once others are gone (they only lower what
-            # the victims' queues hold), so the judges sieve before any trial.
-            kept = []
-            for u in units:
-                if u.rank in refused:
+            # the victims' queues hold), so the judges sieve before any trial. What each
+            # kept unit would evict goes on to the bound: nothing changes in between.
+            units: list[Unit] = []
+            held: list[Task] = []
+            for u in pool.by_node[node]:
+                if (
+                    u.job is job
+                    or u.rank in refused
+                    or (queues is not None and u.job.queue not in queues)
+                ):
                     continue
-                if _judged(session, job, u, reclaim):
-                    kept.append(u)
+                tasks = u.tasks(session)
+                if tasks and session.victim_ok(job, tasks, reclaim):
+                    units.append(u)
+                    held.extend(tasks)
                 else:
                     refused.add(u.rank)
-            units = kept
-            if not units or not _could_fit(session, pod, node, units):
+            if not units or not _could_fit(session, pod, node, held):
                 continue
             tried += 1
             choice = _try_node(session, placer, job, task, pod, vec, node, units, reclaim)
@@ -262,28 +267,24 @@ def make_room(
     return True
 
 
-def _judged(session: Session, job: JobInfo, unit: Unit, reclaim: bool) -> bool:
-    tasks = unit.tasks(session)
-    return bool(tasks) and session.victim_ok(job, tasks, reclaim)
-
-
-def _could_fit(session: Session, pod: PodSpec, node: int, units: list[Unit]) -> bool:
-    """A cheap bound: the node's free room plus everything its units hold is enough, GPU by
-    GPU (a whole-GPU pod needs GPUs that would be wholly free)."""
+def _could_fit(session: Session, pod: PodSpec, node: int, victims: list[Task]) -> bool:
+    """A cheap bound: the node's free room plus everything ``victims`` (the pods of its
+    units) hold on it is enough, GPU by GPU (a whole-GPU pod needs GPUs that would be
+    wholly free)."""
     state = session.state
     cpu = int(state.cpu_free[node])
     mem = int(state.mem_free[node])
     slots = int(state.max_pods[node] - state.pods[node])
     gpus: list[int] = state.gpu_free[node].tolist()
-    for unit in units:
-        for t in unit.tasks(session):
-            alloc = state.allocations[t.pod.key]
-            if alloc.node == node:
-                cpu += alloc.cpu_milli
-                mem += alloc.memory_mib
-                slots += 1
-                for g in alloc.gpus:
-                    gpus[g] += alloc.gpu_milli
+    allocations = state.allocations
+    for t in victims:
+        alloc = allocations[t.pod.key]
+        if alloc.node == node:
+            cpu += alloc.cpu_milli
+            mem += alloc.memory_mib
+            slots += 1
+            for g in alloc.gpus:
+                gpus[g] += alloc.gpu_milli
     if cpu < pod.cpu_milli or mem < pod.memory_mib or slots < 1:
         return False
     want = pod.gpu

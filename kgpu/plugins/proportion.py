@@ -98,19 +98,18 @@ class Proportion:
                 verdicts[key] = ok
             return ok
 
-        # What a victim of one pod holds, and in which resources: the same for as long as
-        # it runs (a pod put back after a trial gets its very allocation back), and most
-        # units are one pod, judged again at every trial.
-        holdings: dict[str, tuple[Vector, tuple[str, ...]]] = {}
+        # What a victim unit holds, and in which resources: the same for as long as its
+        # pods run (a pod put back after a trial gets its very allocation back), and a
+        # unit is judged again at every trial. Kept by its pods: one, or a whole gang.
+        holdings: dict[object, tuple[Vector, tuple[str, ...]]] = {}
 
         def holding(unit: Sequence[Task]) -> tuple[Vector, tuple[str, ...]]:
-            key = unit[0].pod.key if len(unit) == 1 else ""
-            found = holdings.get(key) if key else None
+            key = unit[0].pod.key if len(unit) == 1 else tuple([t.pod.key for t in unit])
+            found = holdings.get(key)
             if found is None:
                 taken = session.held_total(unit)
                 found = (taken, tuple(sorted([r for r, amount in taken.items() if amount > 0])))
-                if key:
-                    holdings[key] = found
+                holdings[key] = found
             return found
 
         def reclaimable(reclaimer: JobInfo, unit: Sequence[Task]) -> bool:
@@ -140,7 +139,13 @@ class Proportion:
         routes: dict[int, dict[int, tuple[int, tuple[int, ...]]]] = {}
 
         def route(own: int, q: int) -> tuple[int, tuple[int, ...]]:
-            mine, theirs = tree.lca_below(own, q)
+            # ``tree.lca_below`` without its sets: paths run up from the leaf, so the
+            # common ancestors are the paths' common end.
+            a, b = tree.path[own], tree.path[q]
+            common = 0
+            while common < min(len(a), len(b)) and a[-1 - common] == b[-1 - common]:
+                common += 1
+            mine, theirs = a[: len(a) - common], b[: len(b) - common]
             if mine not in side_index:
                 side_index[mine] = len(sides)
                 sides.append(mine)
