@@ -26,6 +26,9 @@ Faults on purpose, for the tests to drive:
 - ``drop_watches()``: cut every open watch mid-stream, without the closing chunk;
 - ``compact()``: forget the history, so a watch from an older version gets 410.
 
+With ``graceful_pods`` a bound pod that is deleted is only marked (``deletionTimestamp``)
+and keeps running until the test calls ``remove``, as a kubelet takes its grace period.
+
 The first three never apply to a dry run (``dryRun=All``). Every request is logged in
 ``requests`` (method, path, user agent, status answered, query string).
 """
@@ -155,6 +158,7 @@ class KubeDouble:
         gone_in_stream: bool = True,
         crds: bool = False,
         binding_preconditions: bool = True,
+        graceful_pods: bool = False,
     ) -> None:
         self._cond = threading.Condition()
         self._rv = 100
@@ -169,6 +173,9 @@ class KubeDouble:
         self.gone_in_stream = gone_in_stream
         self.installed: set[Coll] = set(CUSTOM) if crds else set()
         self.binding_preconditions = binding_preconditions
+        # Bound pods deleted are only marked (deletionTimestamp), as with a kubelet that
+        # takes its grace period; ``remove`` then takes them away.
+        self.graceful_pods = graceful_pods
         self.faults: list[Fault] = []
         self.requests: list[Logged] = []
         self._server = _Server(("127.0.0.1", 0), _handler(self))
@@ -314,6 +321,16 @@ class KubeDouble:
         self._record(coll, kind, obj)
         return copy.deepcopy(obj)
 
+    def _terminate(self, key: str, pod: dict[str, Any]) -> dict[str, Any]:
+        """A bound pod's graceful deletion: marked, and gone only once its kubelet says so
+        (``remove``); until then it still runs, and holds what it held."""
+        if pod["metadata"].get("deletionTimestamp"):
+            return copy.deepcopy(pod)
+        marked = copy.deepcopy(pod)
+        marked["metadata"]["deletionTimestamp"] = _now()
+        marked["metadata"]["deletionGracePeriodSeconds"] = 30
+        return self._store(("", "pods"), key, marked, "MODIFIED")
+
     def _delete(self, coll: Coll, key: str) -> dict[str, Any]:
         obj = self._objects[coll].pop(key, None)
         if obj is None:
@@ -369,6 +386,8 @@ class KubeDouble:
             if method == "GET":
                 return 200, current
             if method == "DELETE":
+                if coll == ("", "pods") and self.graceful_pods and current["spec"].get("nodeName"):
+                    return 200, self._terminate(key, current)
                 return 200, self._delete(coll, key)
             if method == "PATCH":
                 return 200, self._patch(coll, key, current, body, sub)

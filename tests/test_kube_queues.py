@@ -303,3 +303,43 @@ def test_a_malformed_queue_is_reported_and_the_rest_schedules(
         "InvalidQueue",
         problem,
     )
+
+
+def preempt_one_of_two(double: KubeDouble, start: Start) -> str:
+    """low1 and low2 fill n1; high preempts one of them, which starts terminating."""
+    double.graceful_pods = True  # a victim keeps running through its grace period
+    double.put(node_obj("n1", gpus=2))
+    double.put(pod_obj("low1", gpus=1, priority=1))
+    double.put(pod_obj("low2", gpus=1, priority=1))
+    start()
+    wait_until(lambda: double.bound() == {"low1": "n1", "low2": "n1"})
+    double.put(pod_obj("high", gpus=1, priority=100))
+    wait_until(lambda: len(events(double, "Preempted")) == 1)
+    [victim] = [p for p in double.objects("pods") if p["metadata"].get("deletionTimestamp")]
+    return str(victim["metadata"]["name"])
+
+
+def test_a_preemptor_waits_for_its_victim_to_terminate_and_evicts_no_more(
+    double: KubeDouble, start: Start
+) -> None:
+    victim = preempt_one_of_two(double, start)
+    double.put(node_obj("cpu-only", gpus=0))  # the cluster changes: high is tried again
+    wait_until(lambda: sum("Pod high:" in e for e in events(double, "FailedScheduling")) >= 2)
+    assert len(events(double, "Preempted")) == 1  # no second victim
+    assert "high" not in double.bound()
+    said = [e for e in events(double, "FailedScheduling") if e.startswith("Pod high:")]
+    assert said[-1].startswith("Pod high: waiting for 1 pod(s) to leave node n1")
+    double.remove("pods", victim, "default")  # its kubelet is done
+    wait_until(lambda: double.bound().get("high") == "n1")
+    survivor = ({"low1", "low2"} - {victim}).pop()
+    assert double.bound() == {"high": "n1", survivor: "n1"}
+    assert len(events(double, "Preempted")) == 1
+
+
+def test_a_preemptor_takes_room_that_appears_while_its_victim_terminates(
+    double: KubeDouble, start: Start
+) -> None:
+    preempt_one_of_two(double, start)
+    double.put(node_obj("n2", gpus=1))
+    wait_until(lambda: double.bound().get("high") == "n2")
+    assert len(events(double, "Preempted")) == 1

@@ -154,7 +154,7 @@ class Preempt:
                 by_queue.setdefault(job.queue, []).append(job)
         failures = Failures()
         hopeless: set[tuple[int, int]] = set()
-        ready = session.ready
+        ready, may_evict = session.ready, session.may_evict
         for queue in sorted(by_queue, key=session.queue_key):
             jobs = by_queue[queue]
             pool: VictimPool | None = None
@@ -163,7 +163,9 @@ class Preempt:
             # ``schedulable`` written out: asked of every job of every queue, most of them
             # running with nothing pending.
             waiting = [
-                j for j in jobs if j.pending and not j.problem and j.admitted and not ready(j)
+                j
+                for j in jobs
+                if j.pending and not j.problem and j.admitted and not ready(j) and may_evict(j)
             ]
             for job in sorted(waiting, key=session.job_key):
                 if (queue, job.spec.priority) in hopeless or failures.known(session, job, queue):

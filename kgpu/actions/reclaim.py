@@ -35,7 +35,7 @@ class Reclaim:
         placer = Placer(session)
         waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
         for job in session.jobs:
-            if schedulable(session, job) and not session.ready(job):
+            if schedulable(session, job) and not session.ready(job) and session.may_evict(job):
                 waiting.setdefault(job.queue, []).append((session.job_key(job), job))
         if not waiting:
             return

@@ -103,6 +103,9 @@ class Snapshot:
     jobs: Sequence[JobSpec] = ()
     tasks: Sequence[Task] = ()
     now: float = 0.0
+    # Pending pods whose victims of an earlier session are still terminating: they may be
+    # placed, but they evict no one (another eviction would take more than they need).
+    victims_leaving: frozenset[PodKey] = frozenset()
 
 
 class SessionPlugin(Protocol):
@@ -137,6 +140,7 @@ class Session:
         self.state = snapshot.state
         self.scheduler = scheduler
         self.now = snapshot.now
+        self.victims_leaving = snapshot.victims_leaving
         specs = list(snapshot.queues)
         if not any(q.name == DEFAULT_QUEUE for q in specs):
             specs.append(QueueSpec(DEFAULT_QUEUE))
@@ -368,6 +372,12 @@ class Session:
     def victim_head(self, task: Task) -> Key:
         """The plugins' part of ``victim_key``: the same for the pods of one job."""
         return tuple([f(task) for f in self.victim_order])  # a list: asked once a job
+
+    def may_evict(self, job: JobInfo) -> bool:
+        """Whether preempt and reclaim may evict for ``job``: not while its earlier victims
+        are still leaving."""
+        leaving = self.victims_leaving
+        return not leaving or not any(t.pod.key in leaving for t in job.pending)
 
     def ready(self, job: JobInfo, pods: int | None = None) -> bool:
         count = len(job.running) + len(job.placed) if pods is None else pods

@@ -53,7 +53,7 @@ from kgpu.kube.queue_session import run as run_queue_session
 from kgpu.kube.queue_status import StatusWriter, queue_figures
 from kgpu.kube.resources import meta, object_key, resource_version, uid
 from kgpu.kube.snapshot import Assumed, PendingPod, Problem, Snapshot, SnapshotBuilder, pod_fields
-from kgpu.kube.waiting import WaitingBook, WaitTimes
+from kgpu.kube.waiting import PREEMPTING, WaitingBook, WaitTimes
 from kgpu.model.job import JobKey
 from kgpu.model.pod import PodKey
 from kgpu.plugins.fragmentation import TypicalPod, typical_pods
@@ -308,6 +308,8 @@ class SchedulerLoop:
     ) -> None:
         """Run the session over ``batch`` and carry its decisions out."""
         made = assemble(snap, batch, assumed, objects)
+        leaving = self._book.victims_leaving(batch, snap.terminating)
+        made.snapshot.victims_leaving = frozenset(leaving)
         scheduler = self._scheduler_for(snap)
         session = run_queue_session(made.snapshot, scheduler, self.session_config)
         result = session.result
@@ -317,16 +319,22 @@ class SchedulerLoop:
         for bind in result.binds:
             self._binds.hand_over(snap, bind, chosen[bind.pod], said.get(bind.pod, ""))
             stats.binds += 1
+        # A preemptor placed nowhere while its victims leave keeps waiting for them.
         waits = [
-            (p.pod, p.status.reason_code or "Unschedulable", p.message) for p in result.pending
+            (p.pod, PREEMPTING, w.message, w.node)
+            if (w := leaving.get(p.pod)) is not None
+            else (p.pod, p.status.reason_code or "Unschedulable", p.message, "")
+            for p in result.pending
         ]
         waits += [
-            (n.pod, "Preempting", waiting_message(n, result.evictions)) for n in result.nominations
+            (n.pod, PREEMPTING, waiting_message(n, result.evictions), n.node)
+            for n in result.nominations
         ]
-        waits += [(key, "InvalidPodGroup", text) for key, text in made.blocked.items()]
-        for key, code, message in waits:
+        waits += [(key, "InvalidPodGroup", text, "") for key, text in made.blocked.items()]
+        for key, code, message, node in waits:
             if key in chosen:
-                self._book.unschedulable(chosen[key].obj, code, message, generation, now)
+                obj = chosen[key].obj
+                self._book.unschedulable(obj, code, message, generation, now, node=node)
         stats.unschedulable += len(waits)
         self.metrics.attempts.labels("unschedulable").inc(len(waits))
         leader = self.is_leader()

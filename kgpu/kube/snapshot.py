@@ -89,6 +89,9 @@ class Snapshot:
     # Our readable pods bound to a Ready node and not being deleted: a session's running
     # tasks (a pod on its way out is no one's victim any more).
     bound: list[PendingPod] = field(default_factory=list)
+    # Ready nodes where some pod is terminating: still holding what it held until it is
+    # gone (a preemptor nominated there waits for that, see kgpu.kube.waiting).
+    terminating: set[str] = field(default_factory=set)
     from_annotations: int = 0
     foreign: int = 0
     assumed: int = 0
@@ -152,6 +155,8 @@ class SnapshotBuilder:
                 index = index_of.get(NodeName(pod.node))
                 if index is None:
                     continue  # on a node that is not Ready (or not there): nothing to share
+                if pod.deleting:
+                    snap.terminating.add(pod.node)
                 if pod.scheduler == self.scheduler_name and isinstance(spec, PodSpec):
                     ours.append((pod, spec, index))
                     if not pod.deleting:

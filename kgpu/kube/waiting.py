@@ -9,6 +9,12 @@ A pod waits for one of two reasons:
   changes (a new resourceVersion), the cluster changes (the loop's generation: a node, a
   deletion, a Queue), or ``unschedulable_retry`` passes, whichever comes first.
 
+A preemptor (``Preempting``) is retried like any other pod, but while a pod on the node
+it was nominated for is still terminating it may be placed and evict no one
+(``victims_leaving``), as kube-scheduler's ``PodEligibleToPreemptOthers`` rules. Its
+victims hold their resources until they are gone (a grace period, often 30 s); free to
+preempt meanwhile, it would find no room and evict more pods than it needs.
+
 Each wait says why with a FailedScheduling event, repeated while unchanged at most every
 ``event_repeat`` seconds; the pending-pods gauge counts pods by that reason. The book is
 guarded by the loop's lock, which the caller passes in: the binders settle pods from their
@@ -18,15 +24,17 @@ own threads.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kgpu.kube.events import WARNING, EventRecorder
 from kgpu.kube.metrics import SchedulerMetrics
 from kgpu.kube.resources import object_key, resource_version, uid
 from kgpu.kube.snapshot import Assumed, PendingPod, Snapshot
 from kgpu.model.pod import PodKey
+
+PREEMPTING: Final = "Preempting"
 
 
 @dataclass(slots=True)
@@ -41,6 +49,7 @@ class Waiting:
     generation: int = -1  # ...or the cluster does
     attempts: int = 0
     event_at: float = float("-inf")
+    node: str = ""  # Preempting: the node its victims are leaving
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,24 @@ class WaitingBook:
                     ready.append(pod)
         return ready
 
+    def victims_leaving(
+        self, batch: Sequence[PendingPod], terminating: Collection[str]
+    ) -> dict[PodKey, Waiting]:
+        """The preemptors of ``batch`` whose nominated node still has a pod terminating,
+        with what they wait for."""
+        out: dict[PodKey, Waiting] = {}
+        with self._lock:
+            for pod in batch:
+                waiting = self.waiting.get(pod.spec.key)
+                if (
+                    waiting is not None
+                    and waiting.reason == PREEMPTING
+                    and waiting.node in terminating
+                    and waiting.uid == uid(pod.obj)
+                ):
+                    out[pod.spec.key] = waiting
+        return out
+
     def unschedulable(
         self,
         obj: Mapping[str, Any],
@@ -94,6 +121,7 @@ class WaitingBook:
         now: float,
         *,
         count: bool = False,
+        node: str = "",
     ) -> None:
         key = PodKey(object_key(obj))
         version = resource_version(obj)
@@ -109,6 +137,7 @@ class WaitingBook:
                 now + self.times.unschedulable_retry,
                 version,
                 generation,
+                node=node,
             )
             if same and old is not None:
                 waiting.event_at = old.event_at
