@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from e2e import KAPI_DIR, NAMESPACES, cpu_seconds, in_parallel, pod, server_pids
+from e2e import KAPI_DIR, NAMESPACES, cpu_seconds, delete_pods, in_parallel, pod, server_pids
 
 from kgpu.kube.client import KubeClient, load_configuration
 from kgpu.kube.errors import KubeError
@@ -257,14 +257,7 @@ def _labels(protocol: str) -> list[str]:
 
 
 def clean_up(client: KubeClient, namespace: str) -> None:
-    for _ in range(20):
-        try:
-            if not client.list(PODS, namespace=namespace).items:
-                break
-            query = [("gracePeriodSeconds", "0")]
-            client.request("DELETE", PODS.path(namespace), query=query, timeout=120)
-        except KubeError as exc:
-            print(f"  deleting pods: {exc}")
+    delete_pods(client, namespace)
     with contextlib.suppress(KubeError):
         client.delete(NAMESPACES, namespace)
 

@@ -147,10 +147,10 @@ def main() -> None:
         client.close()
 
 
-def clean_up(client: KubeClient, namespace: str, names: list[str]) -> None:
-    """Delete the bench's pods (grace period 0: no kubelet will confirm), nodes and
-    namespace. Deleting 10,000 pods outlasts one request's time limit on the server, which
-    goes on deleting: ask again until none are left."""
+def delete_pods(client: KubeClient, namespace: str) -> None:
+    """Delete every pod of ``namespace`` (grace period 0: no kubelet will confirm).
+    Deleting 10,000 pods outlasts one request's time limit on the server, which goes on
+    deleting: ask again until none are left."""
     for _ in range(20):
         try:
             if not client.list(PODS, namespace=namespace).items:
@@ -159,6 +159,11 @@ def clean_up(client: KubeClient, namespace: str, names: list[str]) -> None:
             client.request("DELETE", PODS.path(namespace), query=query, timeout=120)
         except KubeError as exc:
             print(f"  deleting pods: {exc}")
+
+
+def clean_up(client: KubeClient, namespace: str, names: list[str]) -> None:
+    """Delete the bench's pods, nodes and namespace."""
+    delete_pods(client, namespace)
 
     def delete_node(name: str) -> None:
         with contextlib.suppress(KubeError):
