@@ -359,7 +359,7 @@ def test_the_real_server_denies_a_malformed_card_quota(api: Any, webhook: str) -
     assert code == 422
     assert message == (
         'admission webhook "queues.kgpu.io" denied the request: '
-        f'Queue quota-{RUN}: annotation volcano.sh/card.quota[A100] is "eight", '
+        f'Queue quota-{RUN}: annotation volcano.sh/card.quota["A100"] is "eight", '
         "expected a whole number of cards, at least 0"
     )
     good = queue(f"quota-ok-{RUN}", {}, {"volcano.sh/card.quota": '{"A100": 8}'})
@@ -379,7 +379,8 @@ def test_the_real_server_denies_a_podgroup_smaller_than_its_gang(api: Any, webho
     assert (code, message) == (
         422,
         'admission webhook "podgroups.kgpu.io" denied the request: '
-        f"PodGroup default/pg-{RUN}: spec.maxMember is 2, expected at least minMember (4)",
+        f"PodGroup default/pg-{RUN}: spec.maxMember is 2, "
+        "expected a whole number, at least minMember (4)",
     )
 
 

@@ -145,6 +145,8 @@ def test_a_queue_reads_quantities_cards_and_the_card_quota() -> None:
          'Queue q: spec.limit[gpu] is "two", expected a quantity such as 500m, 4, 1.5, 8Gi or 1e3'),
         (queue_obj("q", cards={"A100": {"deserved": -1}}),
          "Queue q: spec.cards[A100].deserved is -1, expected a whole number, at least 0"),
+        (queue_obj("q", cards={"A100": {"deserved": 8, "limit": 4}}),
+         "Queue q: spec.cards[A100].limit is 4, expected at least deserved (8)"),
         ({**queue_obj("q"), "metadata": {"name": "q", "annotations": {"volcano.sh/card.quota": "8"}}},
          'Queue q: annotation volcano.sh/card.quota is "8", expected a JSON object of card names '
          'to whole numbers of cards, such as {"NVIDIA-A100-80GB": 8}'),

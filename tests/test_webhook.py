@@ -249,14 +249,18 @@ def test_an_update_is_denied_only_when_it_breaks_a_valid_pod(
 # ---------------------------------------------------------------------------- queues and groups
 
 QUOTA = "volcano.sh/card.quota"
+# The model's rule (kgpu.model.card.parse_card_quota), which the scheduler reads them with.
 QUOTA_EXPECTED = (
-    'expected a JSON object of card name to a whole number of cards, such as {"NVIDIA-A100": 8}'
+    "expected a JSON object of card names to whole numbers of cards, "
+    'such as {"NVIDIA-A100-80GB": 8}'
 )
+WHOLE = "expected a whole number of cards, at least 0"
 DENIED_QUEUES = [
     (
         "not-json",
         queue({QUOTA: "A100=8"}),
-        f'Queue team-a: annotation {QUOTA} is "A100=8", {QUOTA_EXPECTED}',
+        f'Queue team-a: annotation {QUOTA} is "A100=8", {QUOTA_EXPECTED} '
+        "(invalid JSON at character 0: Expecting value)",
     ),
     (
         "a-list",
@@ -266,22 +270,23 @@ DENIED_QUEUES = [
     (
         "negative",
         queue({QUOTA: '{"A100": -1}'}),
-        f"Queue team-a: annotation {QUOTA}[A100] is -1, expected a whole number of cards, at least 0",
+        f'Queue team-a: annotation {QUOTA}["A100"] is -1, {WHOLE}',
     ),
     (
         "fraction",
         queue({QUOTA: '{"A100": 1.5}'}),
-        f"Queue team-a: annotation {QUOTA}[A100] is 1.5, expected a whole number of cards, at least 0",
+        f'Queue team-a: annotation {QUOTA}["A100"] is 1.5, {WHOLE}',
     ),
     (
         "string",
         queue({QUOTA: '{"A100": "8"}'}),
-        f'Queue team-a: annotation {QUOTA}[A100] is "8", expected a whole number of cards, at least 0',
+        f'Queue team-a: annotation {QUOTA}["A100"] is "8", {WHOLE}',
     ),
     (
         "empty-name",
         queue({QUOTA: '{" ": 8}'}),
-        f'Queue team-a: annotation {QUOTA} is "{{\\" \\": 8}}", expected card names that are not empty',
+        f'Queue team-a: annotation {QUOTA} key " " is " ", expected a card name, '
+        "a non-empty card name such as NVIDIA-A100-80GB",
     ),
     (
         "limit-below-deserved",
@@ -331,7 +336,7 @@ def test_podgroup_max_member_is_not_below_min_member(
     }
     response = admit(server, review(group))
     assert response["status"]["message"] == (
-        "PodGroup research/g: spec.maxMember is 2, expected at least minMember (4)"
+        "PodGroup research/g: spec.maxMember is 2, expected a whole number, at least minMember (4)"
     )
     group["spec"]["maxMember"] = 4
     assert admit(server, review(group))["allowed"] is True

@@ -8,10 +8,11 @@ expected (the messages of :class:`kgpu.kube.convert.ConversionError`):
   tolerations), through :func:`kgpu.kube.convert.pod_from_k8s` itself, so that what the
   webhook admits is exactly what the scheduler can read. Pods of other schedulers are not
   ours to judge and are allowed.
-- Queues (``kgpu.io`` and Volcano's): the ``volcano.sh/card.quota`` annotation must be a JSON
-  object of card name to a whole number of cards; a card's ``limit`` is not below its
-  ``deserved``.
-- PodGroups: ``spec.maxMember`` is not below ``spec.minMember``.
+- kgpu.io Queues and PodGroups: everything the scheduler reads of them, through its own
+  converters (:func:`kgpu.kube.queues.queue_from_k8s`, ``podgroup_from_k8s``): quantities,
+  card quotas and requests, a card's ``limit`` not below its ``deserved``, ``maxMember``
+  not below ``minMember``. Volcano's Queues: the ``volcano.sh/card.quota`` annotation
+  only (their spec is Volcano's), by the same rule (``parse_card_quota``).
 - Workspaces: their shape (:func:`kgpu.kube.workspace_admission.workspace_from_k8s`) on
   CREATE and UPDATE; on CREATE only, also that some node group of the cluster fits them
   (:func:`kgpu.kube.workspace_admission.validate_workspace`), denied with KAITO's "No
@@ -34,17 +35,18 @@ that nothing unchecked be admitted, and runs the webhook with ``deny_when_unavai
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from kgpu.kube.convert import ConversionError, pod_from_k8s, show
+from kgpu.kube.crds import GROUP
+from kgpu.kube.queues import podgroup_from_k8s, queue_from_k8s
 from kgpu.kube.workspace_admission import validate_workspace, workspace_from_k8s
 from kgpu.kube.workspace_nodes import NodeSource, NodesUnavailable
+from kgpu.model.card import QUOTA_ANNOTATION, CardError, parse_card_quota
 
-CARD_QUOTA_ANNOTATION: Final = "volcano.sh/card.quota"
 GPU_MEMORY_ANNOTATION: Final = "gpu-memory"
 REVIEW_API: Final = "admission.k8s.io/v1"
 DENIED_CODE: Final = 422  # what the API server answers for objects its own schema rejects
@@ -205,59 +207,37 @@ def pod_problem(obj: Obj, scheduler_name: str) -> str | None:
 
 
 def queue_problem(obj: Obj) -> str | None:
-    ref = _ref("Queue", obj)
+    """A kgpu.io Queue is judged by the converter the scheduler reads it with, so what is
+    admitted is what it can use; of Volcano's Queues, whose spec is Volcano's, only the card
+    quota annotation (the same rule, :func:`kgpu.model.card.parse_card_quota`)."""
+    if _is_kgpu(obj):
+        return _converted(queue_from_k8s, obj)
     meta = obj.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    text = annotations.get(CARD_QUOTA_ANNOTATION) if isinstance(annotations, Mapping) else None
-    if text is not None:
-        problem = card_quota_problem(ref, text)
-        if problem is not None:
-            return problem
-    spec = obj.get("spec")
-    cards = spec.get("cards") if isinstance(spec, Mapping) else None
-    for name, card in (cards or {}).items() if isinstance(cards, Mapping) else ():
-        if not isinstance(card, Mapping):
-            continue  # the CRD's schema rejects it before the webhook is called
-        deserved, limit = card.get("deserved"), card.get("limit")
-        if isinstance(deserved, int) and isinstance(limit, int) and limit < deserved:
-            field = f"spec.cards[{name}].limit"
-            return str(ConversionError(ref, field, limit, f"at least deserved ({deserved})"))
-    return None
-
-
-def card_quota_problem(ref: str, text: object) -> str | None:
-    """``volcano.sh/card.quota``: a JSON object of card name to a whole number of cards."""
-    field = f"annotation {CARD_QUOTA_ANNOTATION}"
-    expected = 'a JSON object of card name to a whole number of cards, such as {"NVIDIA-A100": 8}'
+    text = annotations.get(QUOTA_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if text is None:
+        return None
     try:
-        quota = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        quota = None
-    if not isinstance(quota, dict):
-        return str(ConversionError(ref, field, text, expected))
-    for card, count in quota.items():
-        if not card.strip():
-            return str(ConversionError(ref, field, text, "card names that are not empty"))
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            return str(
-                ConversionError(
-                    ref, f"{field}[{card}]", count, "a whole number of cards, at least 0"
-                )
-            )
+        parse_card_quota(str(text))
+    except CardError as exc:
+        return str(ConversionError(_ref("Queue", obj), exc.field, exc.value, exc.expected))
     return None
 
 
 def podgroup_problem(obj: Obj) -> str | None:
-    spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
-        return None
-    low, high = spec.get("minMember"), spec.get("maxMember")
-    if isinstance(low, int) and isinstance(high, int) and high < low:
-        return str(
-            ConversionError(
-                _ref("PodGroup", obj), "spec.maxMember", high, f"at least minMember ({low})"
-            )
-        )
+    """A kgpu.io PodGroup, judged by the scheduler's converter (gang sizes, card request)."""
+    return _converted(podgroup_from_k8s, obj) if _is_kgpu(obj) else None
+
+
+def _is_kgpu(obj: Obj) -> bool:
+    return str(obj.get("apiVersion", "")).startswith(f"{GROUP}/")
+
+
+def _converted(convert: Callable[[Obj], object], obj: Obj) -> str | None:
+    try:
+        convert(obj)
+    except ConversionError as exc:
+        return str(exc)
     return None
 
 

@@ -106,6 +106,11 @@ def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
         for what, into in (("deserved", deserved), ("limit", limit)):
             if entry.get(what) is not None:
                 into[str(card)] = _whole(fields, entry[what], f"{field}.{what}") * MILLI
+        low, high = deserved.get(str(card)), limit.get(str(card))
+        if low is not None and high is not None and high < low:
+            raise fields.fail(
+                f"{field}.limit", high // MILLI, f"at least deserved ({low // MILLI})"
+            )
     weight = spec.get("overQuotaWeight")
     weights: dict[str, float] = {}
     if weight is not None:
