@@ -78,34 +78,26 @@ class SchedulerMetrics:
         )
         for result in ("scheduled", "unschedulable", "error"):
             self.attempts.labels(result)
-        self.queue = {
-            what: Gauge(
-                f"kgpu_queue_{what}",
-                f"The queue's {text} (cpu in cores, memory in bytes, gpu in GPUs)",
-                ["queue", "resource"],
-                registry=r,
-            )
-            for what, text in (
-                ("allocated", "resources held by its pods"),
-                ("deserved", "quota"),
-                ("fair_share", "fair share as the last session computed it"),
-            )
-        }
-        self.queue_card = {
-            what: Gauge(
-                f"kgpu_queue_card_{what}",
-                f"Cards of the queue: {text}",
-                ["queue", "card"],
-                registry=r,
-            )
-            for what, text in (
-                ("deserved", "its quota"),
-                ("allocated", "held by its pods"),
-                ("request", "held plus asked for by its pending pods"),
-                ("capacity", "its limit, else what the cluster offers"),
-            )
-        }
-        self._queue_series: set[tuple[str, str, str]] = set()  # (kind, queue, resource or card)
+        self.queue = _family(
+            r,
+            "kgpu_queue_",
+            "The queue's {} (cpu in cores, memory in bytes, gpu in GPUs)",
+            ["queue", "resource"],
+            allocated="resources held by its pods",
+            deserved="quota",
+            fair_share="fair share as the last session computed it",
+        )
+        self.queue_card = _family(
+            r,
+            "kgpu_queue_card_",
+            "Cards of the queue: {}",
+            ["queue", "card"],
+            deserved="its quota",
+            allocated="held by its pods",
+            request="held plus asked for by its pending pods",
+            capacity="its limit, else what the cluster offers",
+        )
+        self._queue_series: set[tuple[Gauge, str, str]] = set()  # (gauge, queue, resource)
 
     def set_pending(self, by_reason: Mapping[str, int]) -> None:
         """Replace the pending gauge's series: reasons that no pod has any more go away."""
@@ -115,27 +107,36 @@ class SchedulerMetrics:
 
     def set_queues(self, figures: Sequence[QueueFigures]) -> None:
         """Set every queue's series; drop those of queues and cards that are gone."""
-        series: set[tuple[str, str, str]] = set()
+        series: set[tuple[Gauge, str, str]] = set()
         for f in figures:
             for what, vec in (("allocated", f.allocated), ("deserved", f.deserved),
                               ("fair_share", f.fair)):  # fmt: skip
+                gauge = self.queue[what]
                 for resource, amount in vec.items():
-                    self.queue[what].labels(f.name, resource).set(_base_units(resource, amount))
-                    series.add((what, f.name, resource))
+                    gauge.labels(f.name, resource).set(_base_units(resource, amount))
+                    series.add((gauge, f.name, resource))
             for card, c in f.cards.items():
                 for what, amount in (("deserved", c.deserved), ("allocated", c.allocated),
                                      ("request", c.request), ("capacity", c.capacity)):  # fmt: skip
-                    self.queue_card[what].labels(f.name, card).set(amount / MILLI)
-                    series.add(("card_" + what, f.name, card))
-        for what, queue, name in self._queue_series - series:
-            if what.startswith("card_"):
-                self.queue_card[what.removeprefix("card_")].remove(queue, name)
-            else:
-                self.queue[what].remove(queue, name)
+                    gauge = self.queue_card[what]
+                    gauge.labels(f.name, card).set(amount / MILLI)
+                    series.add((gauge, f.name, card))
+        for gauge, queue, name in self._queue_series - series:
+            gauge.remove(queue, name)
         self._queue_series = series
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _family(
+    registry: CollectorRegistry, prefix: str, help_: str, labels: list[str], **texts: str
+) -> dict[str, Gauge]:
+    """One gauge per figure (``prefix`` + its name), the help text filled in per figure."""
+    return {
+        what: Gauge(prefix + what, help_.format(text), labels, registry=registry)
+        for what, text in texts.items()
+    }
 
 
 def _base_units(resource: str, amount: int) -> float:
