@@ -88,14 +88,21 @@ def _whole(fields: Fields, value: object, field: str) -> int:
     return value
 
 
-def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
-    """A Queue object as the session's QueueSpec (ConversionError if malformed)."""
-    fields = Fields(queue_ref(obj))
+def _metadata(
+    fields: Fields, obj: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], str, Mapping[str, str]]:
+    """An object's metadata, its name (required) and its annotations."""
     m = fields.mapping(obj, "metadata", "metadata")
     name = m.get("name", MISSING)
     if not isinstance(name, str) or not name:
         raise fields.fail("metadata.name", name, "a non-empty string")
-    annotations = fields.strings(m, "annotations", "annotation")
+    return m, name, fields.strings(m, "annotations", "annotation")
+
+
+def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
+    """A Queue object as the session's QueueSpec (ConversionError if malformed)."""
+    fields = Fields(queue_ref(obj))
+    _, name, annotations = _metadata(fields, obj)
     spec = fields.mapping(obj, "spec", "spec")
     deserved = _amounts(fields, spec, "deserved")
     limit = _amounts(fields, spec, "limit")
@@ -141,12 +148,8 @@ def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
 def podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
     """A PodGroup object as the session's JobSpec, priority 0 (see ``with_pods``)."""
     fields = Fields(podgroup_ref(obj))
-    m = fields.mapping(obj, "metadata", "metadata")
-    name = m.get("name", MISSING)
-    if not isinstance(name, str) or not name:
-        raise fields.fail("metadata.name", name, "a non-empty string")
+    m, name, annotations = _metadata(fields, obj)
     namespace = fields.string(m, "namespace", "metadata.namespace") or "default"
-    annotations = fields.strings(m, "annotations", "annotation")
     spec = fields.mapping(obj, "spec", "spec")
     low = spec.get("minMember", 1)
     if isinstance(low, bool) or not isinstance(low, int) or low < 1:
