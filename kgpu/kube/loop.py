@@ -307,9 +307,8 @@ class SchedulerLoop:
         stats: SessionStats,
     ) -> None:
         """Run the session over ``batch`` and carry its decisions out."""
-        made = assemble(snap, batch, assumed, objects)
         leaving = self._book.victims_leaving(batch, snap.terminating)
-        made.snapshot.victims_leaving = frozenset(leaving)
+        made = assemble(snap, batch, assumed, objects, victims_leaving=frozenset(leaving))
         scheduler = self._scheduler_for(snap)
         session = run_queue_session(made.snapshot, scheduler, self.session_config)
         result = session.result

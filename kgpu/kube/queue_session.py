@@ -130,8 +130,10 @@ def assemble(
     assumed: Mapping[PodKey, Assumed],
     objects: QueueObjects,
     now: float | None = None,
+    victims_leaving: frozenset[PodKey] = frozenset(),
 ) -> SessionInput:
-    """The session's snapshot over ``snap.state`` (shared: the session's binds stay in it)."""
+    """The session's snapshot over ``snap.state`` (shared: the session's binds stay in it).
+    ``victims_leaving``: preemptors that may be placed but evict no one this session."""
     now = time.time() if now is None else now
     allocations = snap.state.allocations
     tasks: list[Task] = []
@@ -176,7 +178,8 @@ def assemble(
         jobs = [replace(j, queue="", card_request={}) for j in jobs]
         tasks = [_without_card(t) for t in tasks]
     queues = objects.queues if objects.enforced else []
-    return SessionInput(SessionSnapshot(snap.state, queues, jobs, tasks, now), blocked)
+    session = SessionSnapshot(snap.state, queues, jobs, tasks, now, victims_leaving)
+    return SessionInput(session, blocked)
 
 
 def run(snapshot: SessionSnapshot, scheduler: Scheduler, config: SessionConfig) -> Session:
