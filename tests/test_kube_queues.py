@@ -4,7 +4,6 @@ PodGroup status and queue metrics the scheduler reports."""
 
 from __future__ import annotations
 
-import dataclasses
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,14 +13,14 @@ import pytest
 
 from kgpu.kube.client import Timeouts
 from kgpu.kube.convert import ConversionError
-from kgpu.kube.leader import LeaseTiming
 from kgpu.kube.loop import LoopConfig
 from kgpu.kube.queues import podgroup_from_k8s, quantity_text, queue_from_k8s
-from kgpu.kube.run import RunningScheduler, RunOptions
+from kgpu.kube.run import RunningScheduler
 from kgpu.model.queue import QueueSpec
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj
 from tests.kube_objects import wait_until as wait_briefly
+from tests.schedulers import fast_options, schedulers
 
 Start = Callable[..., RunningScheduler]
 
@@ -39,26 +38,17 @@ def double() -> Iterator[KubeDouble]:
 
 @pytest.fixture
 def start(double: KubeDouble, tmp_path: Path) -> Iterator[Start]:
-    running: list[RunningScheduler] = []
-
-    def make(identity: str = "s1", **overrides: object) -> RunningScheduler:
-        options = RunOptions(
-            kubeconfig=double.kubeconfig(tmp_path),
-            metrics_port=0,
-            metrics_host="127.0.0.1",
-            identity=identity,
-            leader_elect=False,
-            lease=LeaseTiming(lease_duration=1.5, renew_deadline=1.0, retry_period=0.2),
-            timeouts=Timeouts(connect=1.0, request=2.0, watch=30, watch_grace=2.0),
-            loop=LoopConfig(unschedulable_retry=0.5, idle_wait=0.05, event_repeat=0.0),
+    defaults: dict[str, Any] = {
+        "metrics_port": 0,
+        "metrics_host": "127.0.0.1",
+        "leader_elect": False,
+        "timeouts": Timeouts(connect=1.0, request=2.0, watch=30, watch_grace=2.0),
+        "loop": LoopConfig(unschedulable_retry=0.5, idle_wait=0.05, event_repeat=0.0),
+    }
+    with schedulers() as run:
+        yield lambda identity="s1", **o: run(
+            fast_options(double, tmp_path, identity, **{**defaults, **o})
         )
-        scheduler = RunningScheduler(dataclasses.replace(options, **overrides)).start()
-        running.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in running:
-        scheduler.stop()
 
 
 def queue_obj(name: str, **spec: Any) -> dict[str, Any]:

@@ -3,21 +3,21 @@ double failing on purpose: nothing lost, nothing allocated twice."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kgpu.kube.client import Timeouts
-from kgpu.kube.leader import LeaseTiming
 from kgpu.kube.loop import LoopConfig
-from kgpu.kube.run import RunningScheduler, RunOptions
+from kgpu.kube.run import RunningScheduler
 from tests.kube_double import KubeDouble
 from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, wait_until
+from tests.schedulers import fast_options, schedulers
 
 BINDING = r"/pods/[^/]+/binding$"
 
@@ -35,31 +35,22 @@ Start = Callable[..., RunningScheduler]
 @pytest.fixture
 def start(double: KubeDouble, tmp_path: Path) -> Iterator[Start]:
     """Start schedulers against the double with short timings; all stopped at the end."""
-    running: list[RunningScheduler] = []
-
-    def make(identity: str = "s1", **overrides: object) -> RunningScheduler:
-        options = RunOptions(
-            kubeconfig=double.kubeconfig(tmp_path),
-            metrics_port=0,
-            metrics_host="127.0.0.1",
-            identity=identity,
-            lease=LeaseTiming(lease_duration=1.5, renew_deadline=1.0, retry_period=0.2),
-            timeouts=Timeouts(connect=1.0, request=0.5, watch=30, watch_grace=2.0),
-            loop=LoopConfig(
-                backoff_initial=0.2,
-                backoff_max=1.0,
-                unschedulable_retry=0.5,
-                uncertain_grace=10.0,
-                idle_wait=0.05,
-            ),
+    defaults: dict[str, Any] = {
+        "metrics_port": 0,
+        "metrics_host": "127.0.0.1",
+        "timeouts": Timeouts(connect=1.0, request=0.5, watch=30, watch_grace=2.0),
+        "loop": LoopConfig(
+            backoff_initial=0.2,
+            backoff_max=1.0,
+            unschedulable_retry=0.5,
+            uncertain_grace=10.0,
+            idle_wait=0.05,
+        ),
+    }
+    with schedulers() as run:
+        yield lambda identity="s1", **o: run(
+            fast_options(double, tmp_path, identity, **{**defaults, **o})
         )
-        scheduler = RunningScheduler(dataclasses.replace(options, **overrides)).start()
-        running.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in running:
-        scheduler.stop()
 
 
 def events(double: KubeDouble, reason: str) -> list[str]:

@@ -5,20 +5,18 @@ only, and a cluster without the Workspace CRD is scheduled all the same."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kgpu.kube.client import Timeouts
-from kgpu.kube.leader import LeaseTiming
 from kgpu.kube.loop import LoopConfig
-from kgpu.kube.run import RunningScheduler, RunOptions
+from kgpu.kube.run import RunningScheduler
 from kgpu.kube.workspace_runner import WorkspaceRunOptions, fingerprint
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj, wait_until
+from tests.schedulers import fast_options, schedulers
 from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 
 Obj = dict[str, Any]
@@ -40,25 +38,14 @@ def double() -> Iterator[KubeDouble]:
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Callable[..., RunningScheduler]]:
-    running: list[RunningScheduler] = []
-
-    def make(double: KubeDouble, identity: str = "s1", **overrides: Any) -> RunningScheduler:
-        options = RunOptions(
-            kubeconfig=double.kubeconfig(tmp_path),
-            metrics_port=None,
-            identity=identity,
-            lease=LeaseTiming(lease_duration=1.5, renew_deadline=1.0, retry_period=0.2),
-            timeouts=Timeouts(connect=1.0, request=1.0, watch=30, watch_grace=2.0),
-            loop=LoopConfig(idle_wait=0.05, backoff_initial=0.2, backoff_max=1.0),
-            workspaces=WorkspaceRunOptions(idle_wait=0.05, backoff_initial=0.05, backoff_max=0.2),
+    defaults: dict[str, Any] = {
+        "loop": LoopConfig(idle_wait=0.05, backoff_initial=0.2, backoff_max=1.0),
+        "workspaces": WorkspaceRunOptions(idle_wait=0.05, backoff_initial=0.05, backoff_max=0.2),
+    }
+    with schedulers() as run:
+        yield lambda double, identity="s1", **o: run(
+            fast_options(double, tmp_path, identity, **{**defaults, **o})
         )
-        scheduler = RunningScheduler(dataclasses.replace(options, **overrides)).start()
-        running.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in running:
-        scheduler.stop()
 
 
 def conditions(obj: Obj | None) -> dict[str, tuple[str, str]]:
