@@ -159,8 +159,11 @@ class KubeDouble:
         crds: bool = False,
         binding_preconditions: bool = True,
         graceful_pods: bool = False,
+        token: str = "double-token",
     ) -> None:
         self._cond = threading.Condition()
+        # Every call must carry it, as a real server's authentication demands (401 if not).
+        self.token = token
         self._rv = 100
         self._objects: dict[Coll, dict[str, dict[str, Any]]] = {c: {} for c in RESOURCES}
         self._history: list[tuple[int, Coll, str, dict[str, Any]]] = []
@@ -210,7 +213,7 @@ class KubeDouble:
         path.write_text(
             "apiVersion: v1\nkind: Config\n"
             f"clusters: [{{name: double, cluster: {{server: '{self.url}'}}}}]\n"
-            "users: [{name: u, user: {token: double-token}}]\n"
+            f"users: [{{name: u, user: {{token: {self.token}}}}}]\n"
             "contexts: [{name: double, context: {cluster: double, user: u}}]\n"
             "current-context: double\n"
         )
@@ -643,6 +646,8 @@ def _handler(double: KubeDouble) -> type[BaseHTTPRequestHandler]:
             with double._cond:
                 double.requests.append(logged)
             try:
+                if self.headers.get("Authorization") != f"Bearer {double.token}":
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
                 for fault in double._take_faults(method, url.path, url.query):
                     if fault.delay:
                         time.sleep(fault.delay)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +81,55 @@ def test_a_refused_connection_is_temporary(tmp_path: Path) -> None:
     client = KubeClient.from_kubeconfig(path, timeouts=Timeouts(connect=0.5, request=0.5))
     with pytest.raises(Unavailable):
         client.list(NODES)
+
+
+def kubeconfig_for(double: KubeDouble, directory: Path, user: str) -> str:
+    path = directory / "kubeconfig-user"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: double, cluster: {{server: '{double.url}'}}}}]\n"
+        f"users: [{{name: u, user: {user}}}]\n"
+        "contexts: [{name: double, context: {cluster: double, user: u}}]\n"
+        "current-context: double\n"
+    )
+    return str(path)
+
+
+def test_a_wrong_token_is_refused(double: KubeDouble, tmp_path: Path) -> None:
+    client = KubeClient.from_kubeconfig(kubeconfig_for(double, tmp_path, "{token: stale}"))
+    with pytest.raises(Forbidden, match="GET /api/v1/nodes: 401 Unauthorized") as caught:
+        client.list(NODES)
+    assert caught.value.status == 401
+    with pytest.raises(Forbidden, match="WATCH /api/v1/nodes: 401"):
+        client.watch(NODES, "1")
+    client.close()
+
+
+def test_a_renewed_exec_plugin_token_is_used_within_a_second(
+    double: KubeDouble, tmp_path: Path
+) -> None:
+    # An exec credential plugin (as cloud providers' kubeconfigs use) whose tokens expire
+    # at once, so the client asks it again whenever it reads its credentials.
+    token_file = tmp_path / "token"
+    token_file.write_text("double-token")
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',"
+        " 'kind': 'ExecCredential', 'status': {'token': pathlib.Path("
+        f"{str(token_file)!r}).read_text(), 'expirationTimestamp': '2020-01-01T00:00:00Z'}}}}))\n"
+    )
+    user = (
+        "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+        f"command: {sys.executable}, args: ['{plugin}']}}}}"
+    )
+    client = KubeClient.from_kubeconfig(kubeconfig_for(double, tmp_path, user))
+    client.create(NODES, node_obj("n1"))
+    token_file.write_text("renewed")
+    double.token = "renewed"
+    time.sleep(1.1)  # the client re-reads its credentials at most once a second
+    assert [n["metadata"]["name"] for n in client.list(NODES).items] == ["n1"]
+    client.close()
 
 
 def test_merge_patch_preconditions(double: KubeDouble, client: KubeClient) -> None:
