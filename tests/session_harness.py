@@ -68,6 +68,7 @@ class Snap:
         job: str = "",
         started: float = 0.0,
         queue: str = "",
+        need: tuple[int, int] | None = None,  # what it holds of each GPU, as read back
     ) -> Task:
         spec = pod.build() if isinstance(pod, PodBuilder) else pod
         spec = replace(spec, queue=queue) if queue else spec
@@ -82,7 +83,7 @@ class Snap:
             gpus = (tightest_gpu(self.state, n, spec.gpu.milli),)
         else:
             gpus = lowest_idle_gpus(self.state, n, spec.gpu.count)
-        self.state.allocate(spec, n, gpus)
+        self.state.allocate(spec, n, gpus, need=need)
         task = Task(spec, JobKey(f"default/{job}") if job else JobKey(""), started)
         self.tasks.append(task)
         return task

@@ -124,3 +124,26 @@ def test_random_allocate_release_sequences_keep_invariants(
     assert np.array_equal(state.gpu_free, initial[0])
     assert np.array_equal(state.cpu_free, initial[1])
     assert np.array_equal(state.mem_free, initial[2])
+
+
+def test_restore_puts_back_exactly_what_release_returned() -> None:
+    state = ClusterState([make_node("n").gpus(2).build()])
+    pod = make_pod("p").share(500).build()
+    held = state.allocate(pod, 0, (1,), need=(500, 1000))
+    assert state.release(pod.key) == held
+    state.restore(held)
+    assert state.allocations[pod.key] == held
+    assert int(state.gpu_mem_free[0, 1]) == 81920 - 1000
+    with pytest.raises(AllocationError, match="pod default/p is already allocated"):
+        state.restore(held)
+
+
+def test_restore_refuses_when_the_room_is_taken() -> None:
+    state = ClusterState([make_node("n").gpus(1).build()])
+    first = state.allocate(make_pod("first").share(600).build(), 0, (0,))
+    state.release(first.pod)
+    state.allocate(make_pod("second").share(500).build(), 0, (0,))
+    with pytest.raises(AllocationError, match="pod default/first cannot be put back on n"):
+        state.restore(first)
+    assert "default/first" not in state.allocations
+    assert int(state.gpu_free[0, 0]) == 500

@@ -6,6 +6,7 @@ from kgpu.actions.run import SessionConfig, open_session
 from kgpu.actions.victims import VictimPool
 from kgpu.config import load_profile
 from kgpu.framework.session import Session
+from kgpu.model.gpu import GpuRequest
 from kgpu.model.queue import QueueSpec
 from kgpu.plugins.registry import build_scheduler
 from tests.builders import make_node, make_pod
@@ -50,6 +51,24 @@ def test_preemption_prefers_the_node_needing_fewer_victims() -> None:
     snap.pending(make_pod("high").gpus(2), job="high")
     result = snap.run()
     assert evicted(result) == ["b1"] and nominated(result) == [("high", "b")]
+
+
+def test_a_trial_eviction_puts_back_exactly_what_the_pod_held() -> None:
+    # "recorded" holds half the GPU's compute but, as its allocation was read back, only
+    # 1,000 MiB of its memory, not the 40,960 MiB a fresh half share takes. Every node
+    # tried is tried by evicting and putting back: put back afresh, the pod would seem to
+    # hold 39,960 MiB more than it does, for the rest of the session.
+    snap = Snap([make_node("a").gpus(1).build()], [QueueSpec("q")])
+    snap.job("recorded", "q", priority=0)
+    snap.running(make_pod("recorded").share(500), node="a", job="recorded", need=(500, 1000))
+    snap.job("hog", "q", priority=20)
+    snap.running(make_pod("hog").request(GpuRequest(1, memory_mib=40_000)), node="a", job="hog")
+    snap.job("high", "q", priority=10)
+    snap.pending(make_pod("high").share(300), job="high")
+    result = snap.run()
+    assert evicted(result) == ["recorded"] and nominated(result) == [("high", "a")]
+    held = snap.state.allocations["default/recorded"]
+    assert (held.gpu_milli, held.gpu_memory) == (500, (1000,))
 
 
 def test_no_preemption_of_equal_priority_or_across_queues() -> None:

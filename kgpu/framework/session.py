@@ -486,7 +486,7 @@ class Session:
         """Undo nominations and evictions in the state, and report every pod still pending."""
         for op in reversed(self._provisional):
             if op.kind == "evict":
-                self.state.allocate(op.task.pod, op.alloc.node, op.alloc.gpus)
+                self.state.restore(op.alloc)
             else:
                 self.state.release(op.task.pod.key)
         self._provisional = []

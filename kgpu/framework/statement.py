@@ -69,7 +69,7 @@ class Statement:
         evictions_only = bool(self.ops) and all(op.kind == "evict" for op in self.ops)
         for op in reversed(self.ops):
             if op.kind == "evict":
-                s.state.allocate(op.task.pod, op.alloc.node, op.alloc.gpus)
+                s.state.restore(op.alloc)
                 s.ledger.charge(op.job.queue, op.vec)
                 op.job.running.insert(op.index, op.task)
             else:

@@ -325,6 +325,34 @@ class ClusterState:
         self._apply(alloc, +1)
         return alloc
 
+    def restore(self, alloc: Allocation) -> None:
+        """Put back exactly ``alloc``, as ``release`` returned it: the same GPUs, GPU memory
+        and devices. Undoing a tentative eviction must not plan the pod afresh, which would
+        give a pod read back with its own recorded GPU memory the request's default instead.
+        Refused, changing nothing, if the pod holds something or the room is gone."""
+        n = alloc.node
+        if alloc.pod in self.allocations:
+            raise AllocationError(f"pod {alloc.pod} is already allocated")
+        short = (
+            self.cpu_free[n] < alloc.cpu_milli
+            or self.mem_free[n] < alloc.memory_mib
+            or self.pods[n] >= self.max_pods[n]
+            or any(self.gpu_free[n, g] < alloc.gpu_milli for g in alloc.gpus)
+            or any(
+                self.gpu_mem_free[n, g] < mib
+                for g, mib in zip(alloc.gpus, alloc.gpu_memory, strict=False)
+            )
+            or (alloc.mig_count > 0 and self.mig_free[n, alloc.mig_profile] < alloc.mig_count)
+            or bool(set(alloc.rdma) & self.busy("rdma", n))
+            or bool(set(alloc.fpga) & self.busy("fpga", n))
+        )
+        if short:
+            raise AllocationError(
+                f"pod {alloc.pod} cannot be put back on {self.nodes[n].name}: its room is taken"
+            )
+        self._apply(alloc, -1)
+        self.allocations[alloc.pod] = alloc
+
     def _apply(self, alloc: Allocation, sign: int) -> None:
         # Unpacked once: locals are cheaper than a dozen attribute reads on the hot path.
         _, n, gpus, gpu_milli, cpu, memory, gpu_memory, odd, _, mig_count, rdma, fpga = alloc
