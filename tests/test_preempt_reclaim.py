@@ -152,6 +152,24 @@ def test_a_queue_below_its_fair_share_takes_back_what_was_borrowed() -> None:
     assert result.evictions[0].message == "reclaimed by queue b for default/owner"
 
 
+def test_a_verdict_reached_during_a_trial_does_not_outlive_it() -> None:
+    # Node a is tried first (its units are the youngest): with a2 tentatively evicted, v
+    # sits at its fair share, so a1 may not go too, and two GPUs cannot be freed there.
+    # The trial is undone; on node b, b1 alone frees enough, and v is over its share again.
+    snap = Snap(
+        [make_node("a").gpus(2).build(), make_node("b").gpus(2).build()],
+        [QueueSpec("r", deserved=_gpus(2)), QueueSpec("v", deserved=_gpus(2))],
+    )
+    for name, node, started in (("a2", "a", 30.0), ("a1", "a", 20.0), ("b1", "b", 10.0)):
+        snap.job(name, "v")
+        snap.running(make_pod(name).gpus(1), node=node, job=name, started=started)
+    snap.job("taker", "r")
+    snap.pending(make_pod("taker").gpus(2), job="taker")
+    result = snap.run()
+    assert result.fair["v"]["gpu"] == 2000
+    assert evicted(result) == ["b1"] and nominated(result) == [("taker", "b")]
+
+
 def test_reclaim_stops_at_the_reclaimers_fair_share() -> None:
     snap = Snap(
         [make_node("a").gpus(8).build()],

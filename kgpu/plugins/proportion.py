@@ -76,14 +76,16 @@ class Proportion:
 
         lcas: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         # Queue-level verdicts, by (reclaimer, victim queue, resources the unit holds), for
-        # as long as nothing is released: one judgement per queue, not one per pod.
+        # as long as no queue's account changes: one judgement per queue, not one per pod.
+        # Kept by the ledger's version, not by the releases: a trial's evictions put back
+        # leave the releases as they were, but not a verdict reached while they were out.
         verdicts: dict[tuple[object, ...], bool] = {}
         verdicts_at = [-1]
 
         def queues_agree(reclaimer: JobInfo, theirs_q: int, involved: tuple[str, ...]) -> bool:
-            if verdicts_at[0] != session.releases:
+            if verdicts_at[0] != ledger.version:
                 verdicts.clear()
-                verdicts_at[0] = session.releases
+                verdicts_at[0] = ledger.version
             key = (reclaimer.key, theirs_q, involved)
             ok = verdicts.get(key)
             if ok is None:
