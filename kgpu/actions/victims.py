@@ -53,6 +53,11 @@ class Unit:
         return [self.task] if session.ready(job, job.alive - 1) else []
 
 
+# A victim unit as pools sort it: (-started, pod) of its youngest pod (unique, so nothing
+# further is ever compared), its job, the extra pod (None: the whole gang), its nodes.
+_Entry = tuple[float, str, JobInfo, Task | None, tuple[int, ...]]
+
+
 class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction of a dataclass
     """A job's victim units as its pods stood when they were worked out.
 
@@ -66,8 +71,9 @@ class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction o
     running: int
     placed: int
     youngest: Task | None  # what the victim order is asked about; None: no units
-    extras: tuple[tuple[float, str, Task, tuple[int, ...]], ...]  # -started, key, pod, node
-    gang: tuple[float, str, tuple[int, ...]] | None  # the whole job: as its youngest, nodes
+    # Made as pools take them, once a job: pools are made up to once a queue a session.
+    extras: tuple[_Entry, ...]
+    gang: _Entry | None
 
 
 def _plan(session: Session, job: JobInfo) -> _Plan:
@@ -84,8 +90,8 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
             return _Plan(1, placed, None, (), None)
         key = only.pod.key
         where = (allocations[key].node,)
-        extra = ((-only.started, key, only, where),) if session.ready(job, placed) else ()
-        return _Plan(1, placed, only, extra, (-only.started, key, where))
+        extra = ((-only.started, key, job, only, where),) if session.ready(job, placed) else ()
+        return _Plan(1, placed, only, extra, (-only.started, key, job, None, where))
     # The youngest first: by (-started, pod), which are unique, so tasks are never compared.
     order = sorted([(-t.started, t.pod.key, t) for t in running])
     # Pods younger than the min-runtime are never victims: a prefix of ``order``, as
@@ -100,25 +106,20 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
     while spare < count and ready(job, alive - spare - 1):
         spare += 1
     extras = tuple(
-        (started, key, t, (allocations[key].node,))
+        (started, key, job, t, (allocations[key].node,))
         for started, key, t in order[young : young + spare]
     )
     gang = None
     if not young:
         nodes = tuple(sorted({allocations[t.pod.key].node for t in running}))
-        gang = (order[0][0], order[0][1], nodes)
+        gang = (order[0][0], order[0][1], job, None, nodes)
     return _Plan(count, placed, order[0][2], extras, gang)
 
 
-def _buckets(
-    session: Session, jobs: Iterable[JobInfo]
-) -> dict[tuple[object, ...], list[tuple[float, str, JobInfo, Task | None, tuple[int, ...]]]]:
-    """The units the running pods of ``jobs`` form, by (extra?, plugins' key), each as
-    (-started, pod, job, extra pod or None for the whole gang, nodes)."""
+def _buckets(session: Session, jobs: Iterable[JobInfo]) -> dict[tuple[object, ...], list[_Entry]]:
+    """The units the running pods of ``jobs`` form, by (extra?, plugins' key)."""
     plans, head_of = session.victim_plans, session.victim_head
-    buckets: dict[
-        tuple[object, ...], list[tuple[float, str, JobInfo, Task | None, tuple[int, ...]]]
-    ] = {}
+    buckets: dict[tuple[object, ...], list[_Entry]] = {}
     for job in jobs:
         if job.queue < 0 or not job.running:
             continue
@@ -134,12 +135,9 @@ def _buckets(
             continue
         head = head_of(plan.youngest)  # once a job: plugins judge jobs, not pods
         if plan.extras:
-            bucket = buckets.setdefault((False, *head), [])
-            for started, key, task, nodes in plan.extras:
-                bucket.append((started, key, job, task, nodes))
+            buckets.setdefault((False, *head), []).extend(plan.extras)
         if plan.gang is not None:
-            started, key, nodes = plan.gang
-            buckets.setdefault((True, *head), []).append((started, key, job, None, nodes))
+            buckets.setdefault((True, *head), []).append(plan.gang)
     return buckets
 
 
@@ -253,7 +251,8 @@ def make_room(
             if not units or not _could_fit(session, pod, node, held):
                 continue
             tried += 1
-            choice = _try_node(session, placer, job, task, pod, vec, node, units, reclaim)
+            most = best.cost[0] if best is not None else None
+            choice = _try_node(session, placer, job, task, pod, vec, node, units, reclaim, most)
             if choice is not None and (best is None or choice.cost < best.cost):
                 best = choice
     if best is None:
@@ -305,12 +304,19 @@ def _try_node(
     node: int,
     units: list[Unit],
     reclaim: bool,
+    most: int | None,
 ) -> _Choice | None:
+    """The victims that let ``task`` fit ``node``, evicting ``units`` in order; None if
+    they do not, or if it would take more than ``most`` victims (the best node's count:
+    this node can then no longer beat it)."""
     trial = session.statement()
     victims: list[list[Task]] = []
     ranks: list[int] = []
     fits = False
+    count = 0
     for unit in units:
+        if most is not None and count >= most:
+            break
         tasks = unit.tasks(session)
         # Until the first eviction the state is the one ``units`` were judged and kept on.
         if not tasks or (trial.ops and not session.victim_ok(job, tasks, reclaim)):
@@ -319,11 +325,11 @@ def _try_node(
             trial.evict(victim, "")
         victims.append(tasks)
         ranks.append(unit.rank)
+        count += len(tasks)
         if placer.fits(pod, node) is not None and session.check_allocatable(job, task, vec) is None:
             fits = True
             break
     trial.discard()
     if not fits:
         return None
-    count = sum(len(tasks) for tasks in victims)
     return _Choice(node, victims, (count, max(ranks), sum(ranks)))
