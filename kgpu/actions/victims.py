@@ -230,11 +230,13 @@ def make_room(
                 continue
             seen.add(node)
             scanned += 1
-            # A unit refused now stays refused once others are gone (they only lower what
-            # the victims' queues hold), so the judges sieve before any trial. What each
-            # kept unit would evict goes on to the bound: nothing changes in between.
-            units: list[Unit] = []
-            held: list[Task] = []
+            # First the cheap bound with every unit the node offers: most nodes lack room
+            # even then and need no judging (half the judgements of a steady session).
+            # Then the judges sieve before any trial, as a unit refused now stays refused
+            # once others are gone (they only lower what the victims' queues hold), and
+            # the bound is asked again of the units they kept.
+            offered: list[tuple[Unit, list[Task]]] = []
+            everything: list[Task] = []
             for u in pool.by_node[node]:
                 if (
                     u.job is job
@@ -243,12 +245,22 @@ def make_room(
                 ):
                     continue
                 tasks = u.tasks(session)
-                if tasks and session.victim_ok(job, tasks, reclaim):
+                if tasks:
+                    offered.append((u, tasks))
+                    everything.extend(tasks)
+            if not offered or not _could_fit(session, pod, node, everything):
+                continue
+            units: list[Unit] = []
+            held: list[Task] = []
+            for u, tasks in offered:
+                if session.victim_ok(job, tasks, reclaim):
                     units.append(u)
                     held.extend(tasks)
                 else:
                     refused.add(u.rank)
-            if not units or not _could_fit(session, pod, node, held):
+            if not units or (
+                len(units) < len(offered) and not _could_fit(session, pod, node, held)
+            ):
                 continue
             tried += 1
             most = best.cost[0] if best is not None else None
