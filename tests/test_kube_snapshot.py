@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -13,7 +14,7 @@ from kgpu.kube.allocation import (
     parse,
     render,
 )
-from kgpu.kube.convert import ConversionError
+from kgpu.kube.convert import ConversionError, pod_from_k8s
 from kgpu.kube.snapshot import Assumed, SnapshotBuilder
 from kgpu.model.gpu import whole_gpus
 from kgpu.model.node import NodeName
@@ -213,3 +214,51 @@ def test_one_builder_rereads_a_pod_whose_version_changes() -> None:
     assert len(builder.conversions) == 3  # the node and the two pods
     snap = builder.build(nodes, [bound], {})
     assert snap.pending == [] and len(builder.conversions) == 2
+
+
+def bound_by_binding(pending: dict, node: str, notes: dict[str, str], version: str) -> dict:
+    """``pending`` as its Binding leaves it: on ``node``, with ``notes`` added."""
+    bound = json.loads(json.dumps(pending))
+    bound["spec"]["nodeName"] = node
+    bound["metadata"]["annotations"].update(notes)
+    bound["metadata"]["resourceVersion"] = version
+    return bound
+
+
+def test_a_pod_bound_by_its_binding_reads_as_a_fresh_read() -> None:
+    builder = SnapshotBuilder("kgpu-scheduler")
+    nodes = [node_obj("a", gpus=2)]
+    pending = pod_obj("p", fraction="0.5", annotations={"team": "vision"})
+    pending["metadata"].update(uid="u-p", resourceVersion="10")
+    assert [p.spec.gpu.milli for p in builder.build(nodes, [pending], {}).pending] == [500]
+    bound = bound_by_binding(pending, "a", render([1], 500), "11")
+    snap = builder.build(nodes, [bound], {})
+    assert free(snap.state, 0) == [1000, 500]
+    assert (snap.from_annotations, snap.problems) == (1, [])
+    [running] = snap.bound
+    fresh = pod_from_k8s(bound)
+    assert running.spec == fresh and running.spec.annotations == fresh.annotations
+
+
+@pytest.mark.parametrize(
+    ("change", "milli"),
+    [
+        (lambda p: p["metadata"]["annotations"].update({"gpu-fraction": "0.25"}), 250),
+        (lambda p: p["spec"].update(priority=7), 500),
+        (lambda p: p["metadata"].update(labels={"kgpu.io/queue": "research"}), 500),
+    ],
+    ids=["gpu-fraction annotation", "priority", "queue label"],
+)
+def test_a_pod_changed_beside_its_binding_is_read_again(
+    change: Callable[[dict], None], milli: int
+) -> None:
+    builder = SnapshotBuilder("kgpu-scheduler")
+    nodes = [node_obj("a", gpus=2)]
+    pending = pod_obj("p", fraction="0.5")
+    pending["metadata"].update(uid="u-p", resourceVersion="10")
+    builder.build(nodes, [pending], {})
+    bound = bound_by_binding(pending, "a", render([0], milli), "11")
+    change(bound)
+    [running] = builder.build(nodes, [bound], {}).bound
+    assert running.spec == pod_from_k8s(bound)
+    assert running.spec.gpu.milli == milli
