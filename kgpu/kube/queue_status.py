@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,12 +124,17 @@ def queue_status(figures: QueueFigures | None, problem: str) -> dict[str, Any]:
     }
 
 
-def podgroup_statuses(session: Session, pod_phases: Mapping[str, str]) -> dict[str, Any]:
-    """Status per job key of the session's PodGroup jobs (``pod_phases``: pod key → phase)."""
+def podgroup_statuses(
+    session: Session, pod_phases: Mapping[str, str], only: Container[str] | None = None
+) -> dict[str, Any]:
+    """Status per job key of the session's PodGroup jobs (``pod_phases``: pod key → phase),
+    of the jobs in ``only`` when given."""
     waiting = {p.pod: p.status for p in session.result.pending}
     nominated = {n.pod for n in session.result.nominations}
     out: dict[str, Any] = {}
     for job in session.jobs:
+        if only is not None and job.key not in only:
+            continue
         scheduled = len(job.running) + len([t for t in job.placed if t.key not in nominated])
         running = sum(1 for t in job.running if pod_phases.get(t.key) == "Running")
         ready = scheduled >= job.spec.min_member
@@ -227,11 +232,18 @@ class StatusWriter:
         for name, obj in objects.queue_objs.items():
             problem = objects.invalid.get(name, f"Queue {name} is not usable")
             self._maybe(QUEUES, obj, queue_status(figures.get(name), problem))
-        phases = {key: _phase(obj) for key, obj in pods.items()}
-        for key, status in podgroup_statuses(session, phases).items():
-            group = objects.podgroup_objs.get(JobKey(key))
-            if group is not None:
-                self._maybe(PODGROUPS, group, status)
+        # Only jobs with a PodGroup object get a status: every other pod is a job of its
+        # own, and a status for each, every session, was most of this write's cost.
+        groups = objects.podgroup_objs
+        phases = {
+            t.key: _phase(pod)
+            for job in session.jobs
+            if job.key in groups
+            for t in job.running
+            if (pod := pods.get(t.key)) is not None
+        }
+        for key, status in podgroup_statuses(session, phases, groups).items():
+            self._maybe(PODGROUPS, groups[JobKey(key)], status)
         self._forget(
             {uid(o) for o in (*objects.queue_objs.values(), *objects.podgroup_objs.values())}
         )
