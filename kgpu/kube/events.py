@@ -110,6 +110,11 @@ class EventRecorder:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
+    @property
+    def queued(self) -> int:
+        """Events emitted and not yet taken by a worker (benchmarks report the backlog)."""
+        return self._queue.qsize()
+
     def emit(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         body = event_body(obj, type_, reason, message, self.component, self.instance)
         try:
