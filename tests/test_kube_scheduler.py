@@ -296,6 +296,32 @@ def test_device_resources_name_the_gpus_in_the_annotation(double: KubeDouble, st
     assert allocation["gpu"][0]["uuid"] == "GPU-n1-0"
 
 
+def sessions_run(scheduler: RunningScheduler) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{scheduler.port}/metrics") as answer:
+        text = answer.read().decode()
+    line = next(x for x in text.splitlines() if x.startswith("kgpu_session_duration_seconds_count"))
+    return float(line.split()[-1])
+
+
+def test_an_idle_scheduler_builds_no_snapshots(double: KubeDouble, start: Start) -> None:
+    """With nothing changed and nothing waiting on the clock, no session runs (each would
+    rebuild the whole snapshot); a new pod starts one at once, and an unschedulable pod's
+    retry time starts another."""
+    double.put(node_obj("n1", gpus=1))
+    double.put(pod_obj("a", gpus=1))
+    scheduler = start()
+    wait_until(lambda: len(double.bound()) == 1)
+    time.sleep(0.5)  # the sessions that saw the bind land
+    settled = sessions_run(scheduler)
+    time.sleep(0.6)  # a dozen idle waits of 0.05 s
+    assert sessions_run(scheduler) == settled
+    double.put(pod_obj("b", gpus=1))
+    wait_until(lambda: len(events(double, "FailedScheduling")) == 1)
+    woken = sessions_run(scheduler)
+    assert woken > settled
+    wait_until(lambda: sessions_run(scheduler) > woken)  # b's retry, 0.5 s later
+
+
 # ------------------------------------------------- the Binding carries the allocation
 
 
