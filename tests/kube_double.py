@@ -208,12 +208,14 @@ class KubeDouble:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def kubeconfig(self, directory: Path) -> str:
+    def kubeconfig(self, directory: Path, user: str = "") -> str:
+        """A kubeconfig for the double; ``user`` (YAML) replaces its bearer token."""
         path = directory / "kubeconfig-double"
+        user = user or f"{{token: {self.token}}}"
         path.write_text(
             "apiVersion: v1\nkind: Config\n"
             f"clusters: [{{name: double, cluster: {{server: '{self.url}'}}}}]\n"
-            f"users: [{{name: u, user: {{token: {self.token}}}}}]\n"
+            f"users: [{{name: u, user: {user}}}]\n"
             "contexts: [{name: double, context: {cluster: double, user: u}}]\n"
             "current-context: double\n"
         )

@@ -54,15 +54,21 @@ def test_run_offers_autoscaling() -> None:
         assert option in result.output
 
 
-def test_run_with_autoscale_passes_the_nodepools_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[RunOptions] = []
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> list[RunOptions]:
+    """The options each `kgpu run` would start a scheduler with; it stops right there."""
+    started: list[RunOptions] = []
 
     class Captured:
         def __init__(self, options: RunOptions) -> None:
-            seen.append(options)
+            started.append(options)
             raise OSError("stopped here")
 
     monkeypatch.setattr(run, "RunningScheduler", Captured)
+    return started
+
+
+def test_run_with_autoscale_passes_the_nodepools_on(seen: list[RunOptions]) -> None:
     nodepool = Path(__file__).parent.parent / "examples" / "autoscale" / "nodepool-l4.yaml"
     args = ["run", "--autoscale", "--nodepool", str(nodepool), "--trigger-namespace", "scale"]
     result = CliRunner().invoke(main, [*args, "--gpu-memory-to-fraction-ratio", "0.25"])
@@ -89,17 +95,7 @@ def test_run_refuses_a_nodepool_it_cannot_use(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--nodepool goes with --autoscale" in result.output
 
 
-def test_run_starts_the_workspace_controller_unless_told_not_to(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    seen: list[RunOptions] = []
-
-    class Captured:
-        def __init__(self, options: RunOptions) -> None:
-            seen.append(options)
-            raise OSError("stopped here")
-
-    monkeypatch.setattr(run, "RunningScheduler", Captured)
+def test_run_starts_the_workspace_controller_unless_told_not_to(seen: list[RunOptions]) -> None:
     assert CliRunner().invoke(main, ["run"]).exit_code == 1
     assert seen[-1].workspaces is not None and seen[-1].workspaces.profile == "byo"
     assert CliRunner().invoke(main, ["run", "--no-workspaces"]).exit_code == 1

@@ -83,20 +83,8 @@ def test_a_refused_connection_is_temporary(tmp_path: Path) -> None:
         client.list(NODES)
 
 
-def kubeconfig_for(double: KubeDouble, directory: Path, user: str) -> str:
-    path = directory / "kubeconfig-user"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: double, cluster: {{server: '{double.url}'}}}}]\n"
-        f"users: [{{name: u, user: {user}}}]\n"
-        "contexts: [{name: double, context: {cluster: double, user: u}}]\n"
-        "current-context: double\n"
-    )
-    return str(path)
-
-
 def test_a_wrong_token_is_refused(double: KubeDouble, tmp_path: Path) -> None:
-    client = KubeClient.from_kubeconfig(kubeconfig_for(double, tmp_path, "{token: stale}"))
+    client = KubeClient.from_kubeconfig(double.kubeconfig(tmp_path, "{token: stale}"))
     with pytest.raises(Forbidden, match="GET /api/v1/nodes: 401 Unauthorized") as caught:
         client.list(NODES)
     assert caught.value.status == 401
@@ -123,7 +111,7 @@ def test_a_renewed_exec_plugin_token_is_used_within_a_second(
         "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
         f"command: {sys.executable}, args: ['{plugin}']}}}}"
     )
-    client = KubeClient.from_kubeconfig(kubeconfig_for(double, tmp_path, user))
+    client = KubeClient.from_kubeconfig(double.kubeconfig(tmp_path, user))
     client.create(NODES, node_obj("n1"))
     token_file.write_text("renewed")
     double.token = "renewed"
