@@ -128,6 +128,33 @@ def test_card_unlimited_cpu_memory_lets_card_pods_past_cpu_and_memory_limits() -
             assert result.pending[0].status.reason_code == "InsufficientCPUQuota"
 
 
+def test_a_queues_own_card_unlimited_cpu_memory_frees_its_own_limits_only() -> None:
+    """The Queue field: team-a's CPU limit stops no card pod, team-b's (no flag) does, and
+    a parent's limit still holds team-a's card pods."""
+    quota = f'{{"{A100}": 4}}'
+    free = queue_from_annotation(
+        QueueSpec("team-a", limit={"cpu": 1000}, card_unlimited_cpu_memory=True), quota
+    )
+    held = queue_from_annotation(QueueSpec("team-b", limit={"cpu": 1000}), quota)
+    snap = Snap([_node("n1", A100)], queues=[free, held])
+    snap.pending(card(make_pod("a-big").gpus(1).cpu(8000), A100), queue="team-a")
+    snap.pending(make_pod("a-plain").cpu(8000), queue="team-a")
+    snap.pending(card(make_pod("b-big").gpus(1).cpu(8000), A100), queue="team-b")
+    result = snap.run()
+    assert binds(result) == [("a-big", "n1")]
+    assert pending(result) == {
+        "a-plain": "queue team-a: cpu requested 8, allocated 8, quota 1",
+        "b-big": "queue team-b: cpu requested 8, allocated 0, quota 1",
+    }
+    org = QueueSpec("org", limit={"cpu": 1000})
+    child = queue_from_annotation(
+        QueueSpec("team-a", parent="org", card_unlimited_cpu_memory=True), quota
+    )
+    snap = Snap([_node("n1", A100)], queues=[org, child])
+    snap.pending(card(make_pod("a-big").gpus(1).cpu(8000), A100), queue="team-a")
+    assert pending(snap.run()) == {"a-big": "queue org: cpu requested 8, allocated 0, quota 1"}
+
+
 def test_card_quotas_hold_in_the_tree_and_are_reclaimable() -> None:
     org = queue_from_annotation(QueueSpec("org"), f'{{"{A100}": 4}}')
     a = QueueSpec("a", parent="org", deserved={A100: 2000}, limit={A100: 4000})

@@ -109,6 +109,7 @@ def test_a_queue_reads_quantities_cards_and_the_card_quota() -> None:
         deserved={"cpu": "500m", "memory": "64Gi", "nvidia.com/gpu": 2},
         limit={"gpu": "1.5"},
         cards={"H100": {"deserved": 1, "limit": 4}},
+        cardUnlimitedCpuMemory=True,
     )
     obj["metadata"]["annotations"] = {"volcano.sh/card.quota": '{"A100": 2, "H100": 9}'}
     queue = queue_from_k8s(obj)
@@ -119,6 +120,7 @@ def test_a_queue_reads_quantities_cards_and_the_card_quota() -> None:
         limit={"gpu": 1500, "A100": 2000, "H100": 4000},
         over_quota_weight={"cpu": 3.0, "memory": 3.0, "gpu": 3.0, "H100": 3.0},
         priority=2,
+        card_unlimited_cpu_memory=True,
     )
     assert [quantity_text(r, a) for r, a in [("cpu", 500), ("memory", 65536), ("gpu", 2000)]] == [
         "500m", "64Gi", "2",
@@ -137,6 +139,8 @@ def test_a_queue_reads_quantities_cards_and_the_card_quota() -> None:
          "Queue q: spec.cards[A100].deserved is -1, expected a whole number, at least 0"),
         (queue_obj("q", cards={"A100": {"deserved": 8, "limit": 4}}),
          "Queue q: spec.cards[A100].limit is 4, expected at least deserved (8)"),
+        (queue_obj("q", cardUnlimitedCpuMemory="yes"),
+         'Queue q: spec.cardUnlimitedCpuMemory is "yes", expected true or false'),
         ({**queue_obj("q"), "metadata": {"name": "q", "annotations": {"volcano.sh/card.quota": "8"}}},
          'Queue q: annotation volcano.sh/card.quota is "8", expected a JSON object of card names '
          'to whole numbers of cards, such as {"NVIDIA-A100-80GB": 8}'),

@@ -127,6 +127,9 @@ def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
     priority = spec.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise fields.fail("spec.priority", priority, "an integer")
+    unlimited = spec.get("cardUnlimitedCpuMemory", False)
+    if not isinstance(unlimited, bool):
+        raise fields.fail("spec.cardUnlimitedCpuMemory", unlimited, "true or false")
     queue = QueueSpec(
         name=name,
         parent=fields.string(spec, "parent", "spec.parent"),
@@ -134,6 +137,7 @@ def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
         limit=limit,
         over_quota_weight=weights,
         priority=priority,
+        card_unlimited_cpu_memory=unlimited,
     )
     text = annotations.get(QUOTA_ANNOTATION)
     if text is None:

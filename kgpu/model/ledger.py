@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kgpu.model.queue import QueueTree
-from kgpu.model.resources import CPU, MEMORY, Vector, add, show
+from kgpu.model.resources import CPU, GPU, MEMORY, Vector, add, show
 
 INSUFFICIENT_CPU_QUOTA: Final = "InsufficientCPUQuota"
 INSUFFICIENT_MEMORY_QUOTA: Final = "InsufficientMemoryQuota"
@@ -77,14 +77,6 @@ class QueueLedger:
         for q in self.tree.path[queue]:
             add(self.inqueue[q], vec, sign)
 
-    def exempt(self, vec: Mapping[str, int]) -> frozenset[str]:
-        """Resources a request is not held to: CPU and memory for a card holder, if so set."""
-        if self.card_unlimited_cpu_memory and any(
-            amount for r, amount in vec.items() if r not in (CPU, MEMORY, "gpu")
-        ):
-            return frozenset((CPU, MEMORY))
-        return frozenset()
-
     def shortfall(
         self,
         queue: int,
@@ -93,20 +85,30 @@ class QueueLedger:
         with_inqueue: bool = False,
         resources: Iterable[str] | None = None,
     ) -> Shortfall | None:
-        """The first limit on the queue's path that ``vec`` more would pass, if any."""
+        """The first limit on the queue's path that ``vec`` more would pass, if any.
+
+        A request that takes a card is not held to the CPU and memory limits of a queue
+        that says so (its ``card_unlimited_cpu_memory``), or of any queue when the
+        capacity-card argument does."""
         names = list(vec if resources is None else resources)
-        skip = self.exempt(vec)
+        carded: bool | None = None  # asked once, and only of a queue with the flag: hot path
         for q in self.tree.path[queue]:
-            limit = self.tree.specs[q].limit
+            spec = self.tree.specs[q]
+            limit = spec.limit
             if not limit:
                 continue
+            free = False
+            if self.card_unlimited_cpu_memory or spec.card_unlimited_cpu_memory:
+                if carded is None:
+                    carded = any(a for r, a in vec.items() if r not in (CPU, MEMORY, GPU))
+                free = carded
             held = self.allocated[q]
             queued = self.inqueue[q] if with_inqueue else {}
             for r in names:
                 amount = vec.get(r, 0)
-                if amount <= 0 or r in skip or r not in limit:
+                if amount <= 0 or r not in limit or (free and r in (CPU, MEMORY)):
                     continue
                 already = held.get(r, 0) + queued.get(r, 0)
                 if already + amount > limit[r]:
-                    return Shortfall(self.tree.specs[q].name, r, amount, already, limit[r])
+                    return Shortfall(spec.name, r, amount, already, limit[r])
         return None

@@ -38,6 +38,9 @@ class QueueSpec:
     over_quota_weight: Mapping[str, float] = field(default_factory=dict)
     priority: int = 0
     min_runtime_s: float = 0.0
+    # The Queue's own cardUnlimitedCpuMemory: its CPU and memory limits do not hold pods
+    # that take a card (the capacity-card argument of that name sets it for every queue).
+    card_unlimited_cpu_memory: bool = False
 
     def weight(self, resource: str) -> float:
         return self.over_quota_weight.get(resource, 1.0)
@@ -59,6 +62,7 @@ def with_card_quota(queue: QueueSpec, quota: Mapping[str, int]) -> QueueSpec:
         over_quota_weight=queue.over_quota_weight,
         priority=queue.priority,
         min_runtime_s=queue.min_runtime_s,
+        card_unlimited_cpu_memory=queue.card_unlimited_cpu_memory,
     )
 
 
