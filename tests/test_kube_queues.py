@@ -164,6 +164,19 @@ def test_a_podgroup_reads_its_gang_and_card_request() -> None:
         podgroup_from_k8s(obj)
 
 
+def test_a_podgroup_reads_the_min_resources_queues_account() -> None:
+    obj = podgroup_obj("train", "team-a", 2)
+    obj["spec"]["minResources"] = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": 2, "pods": 2}
+    assert podgroup_from_k8s(obj).min_resources == {"cpu": 4000, "memory": 8192, "gpu": 2000}
+    obj["spec"]["minResources"] = {"nvidia.com/gpu": "two"}
+    with pytest.raises(ConversionError) as caught:
+        podgroup_from_k8s(obj)
+    assert str(caught.value) == (
+        'PodGroup default/train: spec.minResources[nvidia.com/gpu] is "two", expected a '
+        "quantity such as 500m, 4, 1.5, 8Gi or 1e3"
+    )
+
+
 # ---------------------------------------------------------------------------- live
 
 
@@ -240,6 +253,23 @@ def test_a_queue_at_its_limit_leaves_the_pod_pending(double: KubeDouble, start: 
     # The queue goes: its series go with it.
     double.remove("queues", "small")
     wait_until(lambda: 'queue="small"' not in metrics(scheduler))
+
+
+def test_a_podgroup_waits_while_its_min_resources_pass_the_queue_limit(
+    double: KubeDouble, start: Start
+) -> None:
+    double.put(node_obj("n1", gpus=4))
+    double.put(queue_obj("small", limit={"gpu": 2}))
+    group = podgroup_obj("reserve", "small", 1)
+    group["spec"]["minResources"] = {"nvidia.com/gpu": 3}
+    double.put(group)
+    double.put(member("r-0", "reserve"))
+    start()
+    message = "queue small: gpu requested 3, allocated 0, quota 2"
+    wait_until(lambda: f"Pod r-0: {message}" in events(double, "FailedScheduling"))
+    assert double.bound() == {}
+    double.put({**group, "spec": {**group["spec"], "minResources": {"nvidia.com/gpu": 2}}})
+    wait_until(lambda: double.bound() == {"r-0": "n1"})
 
 
 def test_reclaim_deletes_the_victim_and_places_the_reclaimer(

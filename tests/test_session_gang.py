@@ -89,6 +89,26 @@ def test_enqueue_admits_jobs_within_the_queue_limit_counting_earlier_admissions(
     assert group_events == [("default/second", "InsufficientScalarQuota", message)]
 
 
+def test_enqueue_holds_a_job_to_its_min_resources_where_they_ask_more_than_its_pods() -> None:
+    snap = Snap([make_node("a").gpus(8).build()], queues=[QueueSpec("q", limit={"gpu": 4000})])
+    snap.job("reserved", "q", created=0, min_resources={"gpu": 3000, "cpu": 1})
+    snap.job("first", "q", created=1)
+    snap.job("second", "q", created=2)
+    snap.pending(make_pod("r-0").gpus(1), job="reserved")
+    snap.pending(make_pod("f-0").gpus(1), job="first")
+    snap.pending(make_pod("s-0").gpus(1), job="second")
+    result = snap.run(actions=("enqueue", "allocate"))
+    # "reserved" is admitted holding 3 GPUs of the 4, so only one more job gets in.
+    assert [b for b, _ in binds(result)] == ["r-0", "f-0"]
+    assert pending(result) == {"s-0": "queue q: gpu requested 1, allocated 4, quota 4"}
+    snap = Snap([make_node("a").gpus(8).build()], queues=[QueueSpec("q", limit={"gpu": 4000})])
+    snap.job("too-big", "q", min_resources={"gpu": 5000})
+    snap.pending(make_pod("t-0").gpus(1), job="too-big")
+    assert pending(snap.run(actions=("enqueue", "allocate"))) == {
+        "t-0": "queue q: gpu requested 5, allocated 0, quota 4"
+    }
+
+
 def test_backfill_places_pods_that_ask_for_nothing() -> None:
     snap = Snap([make_node("a").gpus(1).max_pod_count(2).build()], queues=[QueueSpec("q")])
     snap.pending(make_pod("gpu").gpus(1))

@@ -4,8 +4,10 @@ Jobs already holding resources are admitted. Every other job with pods waiting i
 queue by queue in queue order and job by job in job order: its minimum (the pods it needs
 to be ready) must fit the CPU, memory and GPU limits of its queue and of every ancestor,
 counting what they hold and the minimums of the jobs admitted before it, and every
-``enqueueable`` plugin must agree (capacity-card checks the job's card request). A job
-turned down stays out of allocate, and its PodGroup gets an event with the reason.
+``enqueueable`` plugin must agree (capacity-card checks the job's card request). A
+PodGroup's ``minResources``, where it asks more of a resource than those pods, counts
+instead (Volcano admits a job by it). A job turned down stays out of allocate, and its
+PodGroup gets an event with the reason.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class Enqueue:
         candidates.sort(key=lambda job: (queue_keys[job.queue], session.job_key(job)))
         for job in candidates:
             need = session.need(job)
+            for resource, amount in job.spec.min_resources.items():
+                if amount > need.get(resource, 0):
+                    need[resource] = amount
             verdict = session.check_enqueueable(job, need)
             if verdict is not None:
                 job.admitted = False

@@ -12,7 +12,8 @@ A Queue's amounts are read into the core's units (:mod:`kgpu.model.resources`):
 - ``spec.parent`` and ``spec.priority`` as they are.
 
 A PodGroup gives ``minMember`` (the gang), ``maxMember`` (an elastic job's bound), the queue,
-its creation time (job order among equals) and its ``volcano.sh/card.request``. Its priority
+its creation time (job order among equals), its ``volcano.sh/card.request`` and its
+``minResources`` (what enqueue holds it to at least). Its priority
 is its pods' highest: the API server resolves their PriorityClass into ``spec.priority``.
 
 A pod belongs to the PodGroup its annotation names (``kgpu.io/pod-group``, Volcano's
@@ -175,7 +176,20 @@ def podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
         max_member=high,
         created=parse_time(m.get("creationTimestamp")),
         card_request=request,
+        min_resources=_min_resources(fields, spec),
     )
+
+
+def _min_resources(fields: Fields, spec: Mapping[str, Any]) -> dict[str, int]:
+    """``spec.minResources`` in the resources queues account; others (``pods``,
+    ``ephemeral-storage``, which Volcano's job controller writes too) are not held to any
+    queue limit, so they are passed over rather than refused."""
+    out: dict[str, int] = {}
+    for name, value in fields.mapping(spec, "minResources", "spec.minResources").items():
+        resource = RESOURCE_NAMES.get(str(name))
+        if resource is not None:
+            out[resource] = _amount(fields, resource, value, f"spec.minResources[{name}]")
+    return out
 
 
 def pod_group_of(pod: PodSpec) -> JobKey:

@@ -25,6 +25,8 @@ class JobSpec:
     ``max_member`` 0 means as many pods as the job has. ``created`` orders jobs of equal
     priority (earlier first). ``card_request`` is ``volcano.sh/card.request``: card
     alternatives to whole cards, checked against the queue's card quota at enqueue.
+    ``min_resources`` is the PodGroup's ``spec.minResources`` (cpu milli, memory MiB, GPU
+    milli): what enqueue holds the job to at least, when its first pods ask for less.
     """
 
     key: JobKey
@@ -34,6 +36,7 @@ class JobSpec:
     priority: int = 0
     created: float = 0.0
     card_request: Mapping[tuple[str, ...], int] = field(default_factory=dict)
+    min_resources: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
