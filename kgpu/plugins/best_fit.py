@@ -16,13 +16,19 @@ from kgpu.plugins.dot_product import MAX_SPEC_CPU, MAX_SPEC_GPU
 
 
 def min_max_normalize(scores: FloatArray) -> FloatArray:
-    """Integer min-max onto 0..100, as kube-scheduler plugins normalise (all 0 if equal)."""
+    """Integer min-max onto 0..100, as kube-scheduler plugins normalise (all 0 if equal).
+
+    The scores are whole numbers (``BestFit.score`` truncates), so the floor of the true
+    quotient is exactly the integer division: a quotient short of a whole number by at
+    least 1/(high − low) cannot round up to it. ``np.floor_divide`` on floats gives the
+    same figures at five times the cost, and this runs once a cycle over every feasible node.
+    """
     if len(scores) == 0:
         return scores
     low, high = scores.min(), scores.max()
     if high == low:
         return np.zeros_like(scores)
-    return np.asarray(np.floor_divide((scores - low) * 100.0, high - low), dtype=np.float64)
+    return np.asarray(np.floor((scores - low) * 100.0 / (high - low)), dtype=np.float64)
 
 
 class BestFit:
