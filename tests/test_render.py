@@ -155,7 +155,8 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         (("apps",), ("deployments",)): ("list", "create", "patch"),
         (("apps",), ("statefulsets",)): ("list", "create", "patch", "delete"),
         (("leaderworkerset.x-k8s.io",), ("leaderworkersets",)): ("list", "create", "patch"),
-        (("scheduling.k8s.io",), ("priorityclasses",)): ("get", "create"),
+        # list and watch: the cache PodGroups' spec.priorityClassName is read from
+        (("scheduling.k8s.io",), ("priorityclasses",)): ("get", "list", "watch", "create"),
         (("karpenter.sh",), ("nodeclaims",)): ("get", "list", "watch"),
     }
     lease = by_kind(install, "Role")[0]

@@ -48,7 +48,7 @@ from kgpu.kube.evictions import Evictor, waiting_message
 from kgpu.kube.handover import HandOver
 from kgpu.kube.informer import Informer
 from kgpu.kube.metrics import SchedulerMetrics
-from kgpu.kube.queue_session import QueueObjects, QueueReader, assemble
+from kgpu.kube.queue_session import QueueObjects, QueueReader, assemble, job_of
 from kgpu.kube.queue_session import run as run_queue_session
 from kgpu.kube.queue_status import StatusWriter, queue_figures
 from kgpu.kube.resources import meta, object_key, resource_version, uid
@@ -111,6 +111,7 @@ class SchedulerLoop:
         devices: Informer | None = None,
         queues: Informer | None = None,
         podgroups: Informer | None = None,
+        priority_classes: Informer | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -127,6 +128,8 @@ class SchedulerLoop:
         # Queues and PodGroups (absent without the CRDs: every pod is then in "default").
         self.queues = queues
         self.podgroups = podgroups
+        # The PriorityClasses PodGroups name in spec.priorityClassName: their jobs' priority.
+        self.priority_classes = priority_classes
         self._queue_reader = QueueReader()
         self._synced = synced or (lambda: nodes.synced.is_set() and pods.synced.is_set())
         self._builder = SnapshotBuilder(self.config.scheduler_name)
@@ -157,7 +160,8 @@ class SchedulerLoop:
             uncertain_grace=c.uncertain_grace,
         )
         self._decided_generation = -1  # the cluster generation the last session saw
-        self._specs: dict[str, object] = {}  # Queue/PodGroup uid -> what a session reads of it
+        # Queue/PodGroup/PriorityClass uid -> what a session reads of it
+        self._specs: dict[str, object] = {}
         self._group_events: dict[str, str] = {}  # PodGroup key -> last warning said
         # Totals, for benchmarks and logs: sessions run and their time.
         self.sessions = 0
@@ -168,6 +172,8 @@ class SchedulerLoop:
         for informer in (queues, podgroups):
             if informer is not None:
                 informer.on_change = self._queue_changed
+        if priority_classes is not None:
+            priority_classes.on_change = self._priority_class_changed
         if devices is not None:
             devices.on_change = self._node_changed  # health and topology change placements
         # A session ran since this replica last became leader; and a bound pod of ours
@@ -197,7 +203,14 @@ class SchedulerLoop:
     def _queue_changed(self, kind: str, obj: dict[str, Any]) -> None:
         """A Queue or PodGroup whose spec or annotations changed; not our status writes,
         which would otherwise start a session each, for nothing."""
-        read = (obj.get("spec"), meta(obj).get("annotations"))
+        self._read_changed(kind, obj, (obj.get("spec"), meta(obj).get("annotations")))
+
+    def _priority_class_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        """A PriorityClass created, deleted or given another value: the jobs whose PodGroup
+        names it rank differently."""
+        self._read_changed(kind, obj, obj.get("value"))
+
+    def _read_changed(self, kind: str, obj: dict[str, Any], read: object) -> None:
         with self._lock:
             if kind == "DELETED":
                 self._specs.pop(uid(obj), None)
@@ -287,6 +300,7 @@ class SchedulerLoop:
         objects = self._queue_reader.read(
             self.queues.items() if self.queues is not None else (),
             self.podgroups.items() if self.podgroups is not None else (),
+            self.priority_classes.items() if self.priority_classes is not None else (),
         )
         stats.snapshot_s = time.perf_counter() - started
         self._warn(snap.problems)
@@ -295,7 +309,7 @@ class SchedulerLoop:
         stats.pending = len(snap.pending) + len(snap.unreadable)
         stats.unreadable = len(snap.unreadable)
         stats.ready = len(ready)
-        batch = sorted(ready, key=lambda p: -p.spec.priority)[: self.config.batch_size]
+        batch = sorted(ready, key=self._rank(objects))[: self.config.batch_size]
         # With nothing to place, a session still runs after a change (pods gone, a queue
         # edited): queue status and metrics follow what is held.
         if batch or generation != self._decided_generation or self._status.retry:
@@ -394,6 +408,16 @@ class SchedulerLoop:
                 self._reported[mark] = version
                 log.warning("%s", problem.message)
                 self.recorder.emit(problem.obj, WARNING, problem.reason, problem.message)
+
+    @staticmethod
+    def _rank(objects: QueueObjects) -> Callable[[PendingPod], int]:
+        """Which pending pods make the batch: the highest priority first, a PodGroup's
+        PriorityClass standing for its pods' own (looked up only when some PodGroup names
+        one: ``job_of`` reads each pod's annotations)."""
+        classes = objects.priorities
+        if not classes:
+            return lambda p: -p.spec.priority
+        return lambda p: -classes.get(job_of(p.spec), p.spec.priority)
 
     def _scheduler_for(self, snap: Snapshot) -> Scheduler:
         """The profile's scheduler, rebuilt when the workload's typical pods change (FGD

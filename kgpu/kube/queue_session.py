@@ -9,7 +9,11 @@ What goes into the session (:class:`kgpu.framework.session.Session`):
   flight (``assumed``), since the time their pod started (or was created);
 - pending tasks: the batch of pods the loop chose this session;
 - jobs: each PodGroup those tasks name, and every other pod as a job of its own (its
-  priority and creation time order it among the others, as the plain allocate did).
+  priority and creation time order it among the others, as the plain allocate did). A
+  PodGroup's priority is the value of the PriorityClass its ``spec.priorityClassName``
+  names, else its pods' highest. A class that does not exist gets the PodGroup a Warning
+  and the pods' priority, as Volcano does: the pods themselves were admitted at theirs, and
+  a typo in what only orders jobs should not hold a whole job back.
 
 A cluster with no Queue object at all is not held to queues: every job goes to ``default``,
 whatever queue its pods or PodGroup name, and card names and requests check no quota (a card
@@ -33,7 +37,7 @@ from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session import Session, collector_paused
 from kgpu.framework.session import Snapshot as SessionSnapshot
 from kgpu.kube.convert import ConversionError
-from kgpu.kube.queues import pod_group_of, podgroup_from_k8s, queue_from_k8s
+from kgpu.kube.queues import pod_group_of, podgroup_from_k8s, podgroup_priority, queue_from_k8s
 from kgpu.kube.resources import meta, object_key, parse_time, resource_version, uid
 from kgpu.kube.snapshot import Assumed, PendingPod, Problem, Snapshot
 from kgpu.model.card import NAME_ANNOTATION
@@ -47,7 +51,8 @@ Obj = Mapping[str, Any]
 @dataclass(slots=True)
 class QueueObjects:
     """The Queues and PodGroups of the caches, read: specs, the objects they came from, and
-    what could not be read (``invalid``: key → message)."""
+    what could not be read (``invalid``: key → message). ``priorities``: the jobs whose
+    PodGroup names an existing PriorityClass, and its value."""
 
     queues: list[QueueSpec] = field(default_factory=list)
     queue_objs: dict[str, Obj] = field(default_factory=dict)
@@ -55,6 +60,7 @@ class QueueObjects:
     podgroup_objs: dict[JobKey, Obj] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    priorities: dict[JobKey, int] = field(default_factory=dict)
 
     @property
     def enforced(self) -> bool:
@@ -90,8 +96,14 @@ class QueueReader:
         self._seen[mark] = (version, read)
         return read
 
-    def read(self, queue_objs: Iterable[Obj], podgroup_objs: Iterable[Obj]) -> QueueObjects:
+    def read(
+        self,
+        queue_objs: Iterable[Obj],
+        podgroup_objs: Iterable[Obj],
+        priority_class_objs: Iterable[Obj] = (),
+    ) -> QueueObjects:
         out = QueueObjects()
+        classes = {str(meta(c).get("name")): c.get("value") for c in priority_class_objs}
         live: set[tuple[str, str]] = set()
         for obj in sorted(queue_objs, key=object_key):
             live.add(("Queue", uid(obj) or object_key(obj)))
@@ -115,6 +127,7 @@ class QueueReader:
             if isinstance(job, JobSpec):
                 out.jobs[job.key] = job
                 out.podgroup_objs[job.key] = obj
+                self._read_priority(obj, job.key, classes, out)
             elif key:
                 out.podgroup_objs[key] = obj
                 out.invalid[key] = f"{job}; its pods are not scheduled until it is fixed"
@@ -122,6 +135,21 @@ class QueueReader:
         for mark in [m for m in self._seen if m not in live]:
             del self._seen[mark]
         return out
+
+    @staticmethod
+    def _read_priority(
+        obj: Obj, key: JobKey, classes: Mapping[str, object], out: QueueObjects
+    ) -> None:
+        """Not remembered with the PodGroup's conversion: a PriorityClass created or deleted
+        changes the answer without a new version of the PodGroup."""
+        try:
+            priority = podgroup_priority(obj, classes)
+        except ConversionError as exc:
+            message = f"{exc}; the job takes its pods' highest priority until it is fixed"
+            out.problems.append(Problem(obj, "InvalidPriorityClassName", message))
+            return
+        if priority is not None:
+            out.priorities[key] = priority
 
 
 def assemble(
@@ -165,6 +193,7 @@ def assemble(
         priority = max(t.pod.priority for t in members)
         if spec is not None:
             queue = spec.queue or next((t.pod.queue for t in members if t.pod.queue), "")
+            priority = objects.priorities.get(job_key, priority)
             jobs.append(replace(spec, queue=queue, priority=priority))
         elif len(members) == 1 and str(members[0].pod.key) == str(job_key):
             alone = members[0].pod

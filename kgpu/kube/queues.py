@@ -14,7 +14,8 @@ A Queue's amounts are read into the core's units (:mod:`kgpu.model.resources`):
 A PodGroup gives ``minMember`` (the gang), ``maxMember`` (an elastic job's bound), the queue,
 its creation time (job order among equals), its ``volcano.sh/card.request`` and its
 ``minResources`` (what enqueue holds it to at least). Its priority
-is its pods' highest: the API server resolves their PriorityClass into ``spec.priority``.
+is the value of the PriorityClass its ``spec.priorityClassName`` names, as in Volcano; without
+one, its pods' highest (the API server resolves their PriorityClass into ``spec.priority``).
 
 A pod belongs to the PodGroup its annotation names (``kgpu.io/pod-group``, Volcano's
 ``scheduling.k8s.io/group-name`` or KAI's ``pod-group-name``, in its namespace), else it is a
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final
 
-from kgpu.kube.fields import MISSING, ConversionError, Fields
+from kgpu.kube.fields import MISSING, ConversionError, Fields, show
 from kgpu.kube.resources import meta, parse_time
 from kgpu.kube.triggers import GANG_ANNOTATIONS
 from kgpu.model.card import (
@@ -151,7 +152,8 @@ def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
 
 
 def podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
-    """A PodGroup object as the session's JobSpec, priority 0 (see ``with_pods``)."""
+    """A PodGroup object as the session's JobSpec, priority 0: the session gives it its
+    PriorityClass's value (``podgroup_priority``) or its pods' highest."""
     fields = Fields(podgroup_ref(obj))
     m, name, annotations = _metadata(fields, obj)
     namespace = fields.string(m, "namespace", "metadata.namespace") or "default"
@@ -190,6 +192,29 @@ def _min_resources(fields: Fields, spec: Mapping[str, Any]) -> dict[str, int]:
         if resource is not None:
             out[resource] = _amount(fields, resource, value, f"spec.minResources[{name}]")
     return out
+
+
+def podgroup_priority(obj: Mapping[str, Any], classes: Mapping[str, object]) -> int | None:
+    """The value of the PriorityClass a PodGroup names in ``spec.priorityClassName`` (None if
+    it names none), from ``classes`` (name → ``value`` as the PriorityClass holds it). A
+    class that does not exist, or whose value is not an integer, raises ConversionError."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("priorityClassName") in (None, ""):
+        return None  # the common case, read every session: no Fields to build
+    fields = Fields(podgroup_ref(obj))
+    name = fields.string(spec, "priorityClassName", "spec.priorityClassName")
+    value = classes.get(name, MISSING)
+    if value is MISSING:
+        # Not the list of those that exist: the message would change, and the Warning be
+        # said again on every PodGroup, whenever a class anywhere came or went.
+        raise fields.fail("spec.priorityClassName", name, "the name of an existing PriorityClass")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fields.fail(
+            "spec.priorityClassName",
+            name,
+            f"a PriorityClass whose value is an integer (its value is {show(value)})",
+        )
+    return value
 
 
 def pod_group_of(pod: PodSpec) -> JobKey:

@@ -207,9 +207,10 @@ def _scheduler_rules() -> list[Obj]:
         _rule(["apps"], ["deployments"], ["list", "create", "patch"]),
         _rule(["apps"], ["statefulsets"], ["list", "create", "patch", "delete"]),
         _rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], ["list", "create", "patch"]),
+        # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job.
         # --autoscale: the trigger pods' PriorityClass, installed at start; Karpenter's
         # NodeClaims, read to follow each trigger's node.
-        _rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "create"]),
+        _rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch", "create"]),
         _rule(["karpenter.sh"], ["nodeclaims"], ["get", "list", "watch"]),
     ]
 

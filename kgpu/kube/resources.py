@@ -41,6 +41,11 @@ NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
 PODS: Final = Resource("", "v1", "pods", "Pod", namespaced=True)
 EVENTS: Final = Resource("", "v1", "events", "Event", namespaced=True)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+# Cached by the loop (a PodGroup's spec.priorityClassName is its job's priority) and written
+# by the autoscaler (its trigger pods' class).
+PRIORITY_CLASSES: Final = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)
 
 # kgpu's own custom resources. Queues and Devices belong to the cluster (a queue tree spans
 # namespaces; a Device describes one node), PodGroups to the namespace of their pods, as in

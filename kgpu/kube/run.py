@@ -2,8 +2,8 @@
 
 Start order matters for the promise that a restarted scheduler rebuilds its allocations
 before binding anything new: the informers start first, and the loop runs its first
-session only once every cache (Nodes, Pods, and the kgpu.io custom resources, absent or
-not) has listed; every bound pod's annotation is then in the snapshot.
+session only once every cache (Nodes, Pods, PriorityClasses, and the kgpu.io custom
+resources, absent or not) has listed; every bound pod's annotation is then in the snapshot.
 
 With ``RunOptions.autoscale`` set (``kgpu run --autoscale``), Karpenter's NodeClaims are
 cached too (a cluster without Karpenter reads as none) and the autoscaler
@@ -31,8 +31,16 @@ from kgpu.kube.leader import LeaderElector, LeaseTiming
 from kgpu.kube.loop import LoopConfig, SchedulerLoop
 from kgpu.kube.metrics import HealthServer, SchedulerMetrics
 from kgpu.kube.nodeclaims import NODECLAIMS
-from kgpu.kube.resources import CUSTOM_RESOURCES, DEVICES, NODES, PODGROUPS, PODS, QUEUES
-from kgpu.kube.triggers import PRIORITY_CLASSES, render_priority_class
+from kgpu.kube.resources import (
+    CUSTOM_RESOURCES,
+    DEVICES,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+)
+from kgpu.kube.triggers import render_priority_class
 from kgpu.kube.workspace_runner import WorkspaceRunner, WorkspaceRunOptions
 
 log = logging.getLogger(__name__)
@@ -88,7 +96,10 @@ class RunningScheduler:
         self.custom = [
             Informer(self.client, r, optional=True, watch_seconds=watch) for r in CUSTOM_RESOURCES
         ]
-        self.informers = [self.nodes, self.pods, *self.custom]
+        # A PodGroup's spec.priorityClassName is its job's priority. Built in since v1.14,
+        # so not optional: without it jobs would rank wrongly until it listed.
+        self.priority_classes = Informer(self.client, PRIORITY_CLASSES, watch_seconds=watch)
+        self.informers = [self.nodes, self.pods, self.priority_classes, *self.custom]
         self.claims: Informer | None = None
         if options.autoscale is not None:
             self.claims = Informer(self.client, NODECLAIMS, optional=True, watch_seconds=watch)
@@ -122,6 +133,7 @@ class RunningScheduler:
             devices=next(i for i in self.custom if i.resource == DEVICES),
             queues=next(i for i in self.custom if i.resource == QUEUES),
             podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
+            priority_classes=self.priority_classes,
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:

@@ -32,7 +32,7 @@ from typing import Any, Final
 from kgpu.autoscale.demand import DemandGroup, PendingPod, TriggerSpec
 from kgpu.autoscale.observed import ObservedTrigger
 from kgpu.kube.convert import ConversionError, object_ref, pod_from_k8s
-from kgpu.kube.resources import Resource, parse_time
+from kgpu.kube.resources import parse_time
 from kgpu.model.nodepool import (
     GPU_PRODUCT_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -56,9 +56,6 @@ ORIGINAL_REQUEST: Final = "kgpu.io/original-request"
 CLEANUP_AFTER: Final = "kgpu.io/cleanup-after"
 SAFE_TO_EVICT: Final = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
-PRIORITY_CLASSES: Final = Resource(
-    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
-)
 SELECTOR: Final = f"{COMPONENT_LABEL}={COMPONENT}"  # a label selector for every trigger
 _TARGET_KEYS: Final = (GPU_PRODUCT_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL)
 GPU_MEMORY_ANNOTATION: Final = "gpu-memory"  # MiB of one shared GPU (KAI's annotation)
