@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kgpu.actions.run import SessionConfig, open_session
 from kgpu.actions.victims import VictimPool
 from kgpu.config import load_profile
@@ -128,6 +130,44 @@ def test_victim_units_made_later_in_a_session_see_what_it_committed() -> None:
     statement.allocate(more, 0, (7,), None)
     statement.commit()
     assert units(session) == [["solo-0"], ["el-1"], ["solo-0"], ["el-0", "el-1"]]
+
+
+@pytest.mark.parametrize(
+    ("asks", "victims", "nominations", "waits"),
+    [
+        # The extra el-1 is also in its job's gang: counted once, the two pods and the
+        # free room make exactly 8 cores, so both go; 9 cores are not there to be freed.
+        (8000, ["el-0", "el-1"], [("high", "a")], {}),
+        (9000, [], [], {"high": "0/1 nodes are available: 1 insufficient cpu."}),
+    ],
+)
+def test_a_pod_both_an_extra_and_in_its_gang_frees_its_room_once(
+    asks: int, victims: list[str], nominations: list[tuple[str, str]], waits: dict[str, str]
+) -> None:
+    snap = Snap([make_node("a").cpu(8000).build()], [QueueSpec("q")])
+    snap.job("elastic", "q", min_member=1)
+    for i in range(2):
+        snap.running(make_pod(f"el-{i}").cpu(3000), node="a", job="elastic", started=float(i))
+    snap.job("high", "q", priority=9)
+    snap.pending(make_pod("high").cpu(asks), job="high")
+    result = snap.run()
+    assert evicted(result) == victims
+    assert nominated(result) == nominations
+    assert pending(result) == waits
+
+
+def test_a_gpu_held_by_an_extra_that_is_in_its_gang_too_counts_as_freeable_once() -> None:
+    """Counted once for the extra and once for the gang, GPU 1 looked 2000 milli free and
+    never wholly free: a pod asking both GPUs stayed pending, "insufficient GPU"."""
+    snap = Snap([make_node("a").gpus(2).build()], [QueueSpec("q")])
+    snap.job("elastic", "q", min_member=1)
+    for i in range(2):
+        snap.running(make_pod(f"el-{i}").gpus(1), node="a", job="elastic", started=float(i))
+    snap.job("high", "q", priority=9)
+    snap.pending(make_pod("high").gpus(2), job="high")
+    result = snap.run()
+    assert evicted(result) == ["el-0", "el-1"]
+    assert nominated(result) == [("high", "a")]
 
 
 # ------------------------------------------------------------------------------ reclaim
@@ -262,3 +302,4 @@ def test_young_pods_are_not_reclaimed() -> None:
         snap.running(make_pod(f"a-{i}").gpus(1), node="a", queue="a", started=900.0)
     snap.pending(make_pod("b-0").gpus(1), queue="b")
     assert snap.run().evictions == []
+

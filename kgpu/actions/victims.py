@@ -281,15 +281,21 @@ def make_room(
 def _could_fit(session: Session, pod: PodSpec, node: int, victims: list[Task]) -> bool:
     """A cheap bound: the node's free room plus everything ``victims`` (the pods of its
     units) hold on it is enough, GPU by GPU (a whole-GPU pod needs GPUs that would be
-    wholly free)."""
+    wholly free). A pod listed twice (an extra is in its job's gang unit too) counts once:
+    counted twice, its GPU would show more than whole and never wholly free."""
     state = session.state
     cpu = int(state.cpu_free[node])
     mem = int(state.mem_free[node])
     slots = int(state.max_pods[node] - state.pods[node])
     gpus: list[int] = state.gpu_free[node].tolist()
     allocations = state.allocations
+    counted: set[str] = set()
     for t in victims:
-        alloc = allocations[t.pod.key]
+        key = t.pod.key
+        if key in counted:
+            continue
+        counted.add(key)
+        alloc = allocations[key]
         if alloc.node == node:
             cpu += alloc.cpu_milli
             mem += alloc.memory_mib
