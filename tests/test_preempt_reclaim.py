@@ -303,3 +303,34 @@ def test_young_pods_are_not_reclaimed() -> None:
     snap.pending(make_pod("b-0").gpus(1), queue="b")
     assert snap.run().evictions == []
 
+
+def test_queues_to_reclaim_from_follow_what_the_reclaimer_still_needs() -> None:
+    # r holds 2 of its fair 4 GPUs and its gang "grow" needs 2 more: v (5 of its fair 4)
+    # may give. Once one pod of the gang is placed, r holds 3 and the gang needs 1 more,
+    # so v still may; not while one of v's pods is out, and again once it is back.
+    snap = Snap(
+        [make_node("a").gpus(8).build()],
+        [QueueSpec("r", deserved=_gpus(4)), QueueSpec("v", deserved=_gpus(4))],
+    )
+    snap.job("held", "r")
+    snap.running(make_pod("held").gpus(2), node="a", job="held")
+    for i in range(5):
+        snap.running(make_pod(f"v-{i}").gpus(1), node="a", queue="v")
+    snap.job("grow", "r", min_member=2)
+    first = snap.pending(make_pod("grow-0").gpus(1), job="grow")
+    snap.pending(make_pod("grow-1").gpus(1), job="grow")
+    session = open_session(
+        snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig()
+    )
+    grow, v = session.job_of["default/grow-0"], session.tree.index["v"]
+    assert session.ledger.fair[v]["gpu"] == 4000
+    assert session.victim_queues(grow, {v}) == {v}
+    statement = session.statement()
+    statement.allocate(first, 0, (7,), None)
+    statement.commit()
+    assert session.victim_queues(grow, {v}) == {v}  # 3 held + 1 needed: within its 4
+    statement = session.statement()
+    statement.evict(session.job_of["default/v-0"].running[0], "for the test")
+    assert session.victim_queues(grow, {v}) == set()  # v is down to its fair share
+    statement.discard()
+    assert session.victim_queues(grow, {v}) == {v}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 
-from kgpu.actions.allocate import schedulable
 from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import Placer
 from kgpu.actions.preempt import Failures, take_room
@@ -34,8 +33,17 @@ class Reclaim:
             return
         placer = Placer(session)
         waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
+        ready, may_evict = session.ready, session.may_evict
         for job in session.jobs:
-            if schedulable(session, job) and not session.ready(job) and session.may_evict(job):
+            # ``schedulable`` written out, its cheapest test first: asked of every job of
+            # the cluster, most of them running with nothing pending.
+            if (
+                job.pending
+                and not job.problem
+                and job.admitted
+                and not ready(job)
+                and may_evict(job)
+            ):
                 waiting.setdefault(job.queue, []).append((session.job_key(job), job))
         if not waiting:
             return

@@ -74,6 +74,18 @@ class Proportion:
                         return False
             return True
 
+        # What a reclaimer needs (``Session.need``), kept while its queue's account stands:
+        # its pods are placed and evicted only with a charge to that account, and each
+        # trial eviction of another queue's pod makes every verdict below stale, not this.
+        needs: dict[str, tuple[int, Vector]] = {}
+
+        def need_of(job: JobInfo) -> Vector:
+            mark = ledger.changed[job.queue]
+            found = needs.get(job.key)
+            if found is None or found[0] != mark:
+                found = needs[job.key] = (mark, session.need(job))
+            return found[1]
+
         lcas: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         # Queue-level verdicts, by (reclaimer, victim queue, resources the unit holds), for
         # as long as no queue's account changes: one judgement per queue, not one per pod.
@@ -96,7 +108,7 @@ class Proportion:
                 ok = all(
                     any(ledger.allocated[q].get(r, 0) > ledger.fair[q].get(r, 0) for r in involved)
                     for q in theirs
-                ) and within_fair(mine, session.need(reclaimer))
+                ) and within_fair(mine, need_of(reclaimer))
                 verdicts[key] = ok
             return ok
 
@@ -153,15 +165,11 @@ class Proportion:
                 sides.append(mine)
             return side_index[mine], tuple(v for v in theirs if v != q)
 
-        def reclaim_from(reclaimer: JobInfo, candidates: set[int]) -> set[int]:
-            """Of ``candidates``, the leaves whose path below the common ancestor is over its
-            share, when the reclaimer's side has room (a superset of what ``reclaimable``
-            takes from: it looks at the resources each unit holds)."""
-            out: set[int] = set()
-            own = reclaimer.queue
+        def over_by_side(own: int, candidates: set[int]) -> dict[int, set[int]]:
+            """Of ``candidates``, the leaves whose path below their common ancestor with
+            ``own`` is over its share, by the index of ``own``'s side below it."""
             table = routes.setdefault(own, {})
-            need: Vector | None = None
-            mine_ok: dict[int, bool] = {}
+            out: dict[int, set[int]] = {}
             for q in candidates:  # each verdict stands alone: the order does not matter
                 if q == own or q < 0 or ratio(q) <= 1.0:
                     continue
@@ -169,18 +177,34 @@ class Proportion:
                 if found is None:
                     found = table[q] = route(own, q)
                 side, above = found
-                ok = mine_ok.get(side)
-                if ok is None:
-                    if need is None:
-                        need = session.need(reclaimer)
-                    ok = mine_ok[side] = within_fair(sides[side], need)
-                if not ok:
-                    continue
                 for v in above:
                     if ratio(v) <= 1.0:
                         break
                 else:
-                    out.add(q)
+                    out.setdefault(side, set()).add(q)
+            return out
+
+        # ``over_by_side`` per reclaimer's queue, with the ledger's version and candidates
+        # it was worked out at: a queue's jobs are mostly asked about one after another
+        # with no account changed between (half the questions of a session).
+        overs: dict[int, tuple[int, frozenset[int], dict[int, set[int]]]] = {}
+
+        def reclaim_from(reclaimer: JobInfo, candidates: set[int]) -> set[int]:
+            """Of ``candidates``, the leaves whose path below the common ancestor is over its
+            share, when the reclaimer's side has room (a superset of what ``reclaimable``
+            takes from: it looks at the resources each unit holds)."""
+            own = reclaimer.queue
+            found = overs.get(own)
+            if found is None or found[0] != ledger.version or found[1] != candidates:
+                found = (ledger.version, frozenset(candidates), over_by_side(own, candidates))
+                overs[own] = found
+            out: set[int] = set()
+            need: Vector | None = None
+            for side, leaves in found[2].items():
+                if need is None:
+                    need = need_of(reclaimer)
+                if within_fair(sides[side], need):
+                    out |= leaves
             return out
 
         session.reclaimable.append(reclaimable)
