@@ -27,7 +27,7 @@ import heapq
 from collections.abc import Sequence
 
 from kgpu.actions.ordering import QueuePicker
-from kgpu.actions.placement import Placer, best_effort
+from kgpu.actions.placement import Placer, best_effort, placer_of
 from kgpu.framework.scheduler import Placement, Scheduler
 from kgpu.framework.session import Key, Pending, Session, SessionResult
 from kgpu.framework.status import Code, Status
@@ -104,7 +104,7 @@ class Allocate:
     name = "allocate"
 
     def execute(self, session: Session) -> None:
-        placer = Placer(session)
+        placer = placer_of(session)
         self._serve(session, placer, gangs=True)
         self._serve(session, placer, gangs=False)
         for job in session.jobs:

@@ -7,7 +7,7 @@ share and need no turn in the queue order; they only need a node that passes the
 
 from __future__ import annotations
 
-from kgpu.actions.placement import Placer, best_effort
+from kgpu.actions.placement import best_effort, placer_of
 from kgpu.framework.session import Session
 
 
@@ -15,7 +15,7 @@ class Backfill:
     name = "backfill"
 
     def execute(self, session: Session) -> None:
-        placer = Placer(session)
+        placer = placer_of(session)
         for job in session.jobs:
             if job.problem or not job.admitted:
                 continue

@@ -46,6 +46,18 @@ def combine(refusals: list[Status], cards: list[str | None]) -> Status:
     return Status(first.code, ("; ".join(parts),), first.plugin, first.reason_code)
 
 
+def placer_of(session: Session) -> Placer:
+    """The session's placer, made by the first action that asks: allocate's failures stay
+    known to reclaim and preempt (whose first try is the free room) while nothing is
+    released, as they stay known from one job to the next within an action."""
+    found = session.placer
+    if isinstance(found, Placer):
+        return found
+    placer = Placer(session)
+    session.placer = placer
+    return placer
+
+
 class Placer:
     def __init__(self, session: Session) -> None:
         self.session = session

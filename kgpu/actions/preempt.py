@@ -16,7 +16,7 @@ similar jobs costs a few attempts, not hundreds.
 
 from __future__ import annotations
 
-from kgpu.actions.placement import Placer
+from kgpu.actions.placement import Placer, placer_of
 from kgpu.actions.victims import VictimPool, make_room
 from kgpu.framework.scheduler import Placement
 from kgpu.framework.session import Session
@@ -147,7 +147,7 @@ class Preempt:
     def execute(self, session: Session) -> None:
         if not session.preemptable:
             return
-        placer = Placer(session)
+        placer = placer_of(session)
         by_queue: dict[int, list[JobInfo]] = {}
         for job in session.jobs:
             if job.queue >= 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 
 from kgpu.actions.ordering import QueuePicker
-from kgpu.actions.placement import Placer
+from kgpu.actions.placement import placer_of
 from kgpu.actions.preempt import Failures, take_room
 from kgpu.actions.victims import VictimPool
 from kgpu.framework.session import Key, Session
@@ -31,7 +31,7 @@ class Reclaim:
     def execute(self, session: Session) -> None:
         if not session.reclaimable or not session.can_reclaim:
             return
-        placer = Placer(session)
+        placer = placer_of(session)
         waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
         ready, may_evict = session.ready, session.may_evict
         for job in session.jobs:

@@ -159,6 +159,9 @@ class Session:
         # Per job, its victim units as kgpu.actions.victims last worked them out (of a type
         # that module owns): kept so that each later pool redoes only the jobs that changed.
         self.victim_plans: dict[str, object] = {}
+        # The actions' kgpu.actions.placement.Placer, one a session: what failed to fit in
+        # one action stays known in the next, for as long as nothing is released.
+        self.placer: object | None = None
         self._provisional: list[Op] = []
         self._node_cards: dict[int, tuple[str, ...]] = {}
         self.job_order: list[Callable[[JobInfo], Key]] = []
