@@ -61,7 +61,7 @@ def placer_of(session: Session) -> Placer:
 class Placer:
     def __init__(self, session: Session) -> None:
         self.session = session
-        self._failed: dict[object, tuple[int, Unschedulable]] = {}
+        self._failed: dict[object, tuple[int, Unschedulable | None]] = {}
         self._options: dict[str, list[Option]] = {}
         filters = session.scheduler.filters
         self._checks_room = any(isinstance(f, NodeResourcesFit) for f in filters)
@@ -90,12 +90,26 @@ class Placer:
         session = self.session
         shape = pod.shape
         failed = self._failed.get(shape)
-        if failed is not None and failed[0] == session.room_mark:
+        if failed is not None and failed[0] == session.room_mark and failed[1] is not None:
             return Unschedulable(pod, failed[1].status, failed[1].node_reasons)
         outcome = session.scheduler.schedule(session.state, pod)
         if isinstance(outcome, Unschedulable):
             self._failed[shape] = (session.room_mark, outcome)
         return outcome
+
+    def free_room(self, pod: PodSpec) -> Placement | None:
+        """Where ``pod`` fits without evicting anyone, if anywhere: ``schedule`` for callers
+        that do not say why not (what failed is remembered all the same, without a reason,
+        which ``schedule`` works out if it is ever asked)."""
+        session = self.session
+        shape = pod.shape
+        failed = self._failed.get(shape)
+        if failed is not None and failed[0] == session.room_mark:
+            return None
+        placement = session.scheduler.placement(session.state, pod)
+        if placement is None:
+            self._failed[shape] = (session.room_mark, None)
+        return placement
 
     def place(self, statement: Statement, task: Task, pipeline: bool = False) -> Status | None:
         """Place ``task`` through ``statement``; the reason it cannot be placed, if so."""

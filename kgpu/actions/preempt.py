@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from kgpu.actions.placement import Placer, placer_of
 from kgpu.actions.victims import VictimPool, make_room
-from kgpu.framework.scheduler import Placement
 from kgpu.framework.session import Session
 from kgpu.model.card import NAME_ANNOTATION
 from kgpu.model.job import JobInfo, Task
@@ -46,8 +45,8 @@ def take_room(
             pod, card = option
             vec = session.vector(task, card)
             if session.check_allocatable(job, task, vec) is None:
-                outcome = placer.schedule(pod)
-                if isinstance(outcome, Placement):
+                outcome = placer.free_room(pod)
+                if outcome is not None:
                     statement.allocate(task, outcome.node, outcome.gpus, card, pipeline=True)
                     placed = True
                     break

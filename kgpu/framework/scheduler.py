@@ -124,6 +124,20 @@ class Scheduler:
     # ------------------------------------------------------------------ the cycle
 
     def schedule(self, state: ClusterState, pod: PodSpec) -> Outcome:
+        found = self._decide(state, pod)
+        if isinstance(found, ShapeEntry):
+            return self._unschedulable(pod, found, len(state))
+        return found
+
+    def placement(self, state: ClusterState, pod: PodSpec) -> Placement | None:
+        """``schedule``'s choice, without the reasons a refusal carries: a caller that only
+        asks whether the pod fits (a first try before evicting) spares their count over
+        every node, which costs as much as the cycle itself."""
+        found = self._decide(state, pod)
+        return found if isinstance(found, Placement) else None
+
+    def _decide(self, state: ClusterState, pod: PodSpec) -> Placement | Unschedulable | ShapeEntry:
+        """The placement, a pre-filter's refusal, or the shape's entry when no node fits."""
         cycle = CycleState(state, pod)
         for plugin in self.pre_filters:
             status = plugin.pre_filter(cycle, pod)
@@ -132,7 +146,7 @@ class Scheduler:
         entry = self._refresh(cycle, pod)
         feasible = entry.feasible.nonzero()[0]
         if len(feasible) == 0:
-            return self._unschedulable(pod, entry, len(state))
+            return entry
         total = self._total_scores(cycle, pod, entry, feasible)
         best, top = self._pick(feasible, total)
         gpus = self.gpu_choice.choose_gpus(state, pod, best) if pod.gpu.count else ()
