@@ -16,7 +16,8 @@ from kgpu.kube.convert import node_from_k8s, pod_from_k8s
 from kgpu.kube.snapshot import SnapshotBuilder
 from kgpu.model.gpu import GpuRequest, gpu_share
 from kgpu.plugins.gpu_choice import DeviceChoice, GpuTightest
-from kgpu.sim.manifests import PodStatus, simulate_manifests
+from kgpu.sim.manifest_results import PodStatus
+from kgpu.sim.manifests import simulate_manifests
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod
 from tests.kube_objects import SCHEDULER, node_obj, pod_obj

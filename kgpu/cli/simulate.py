@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from kgpu.config import POLICIES, ProfileError
 from kgpu.sim.openb import TraceError
 
 if TYPE_CHECKING:
-    from kgpu.sim.manifests import ManifestRun
+    from kgpu.sim.manifest_results import ManifestRun
 
 
 @click.group()
@@ -97,11 +98,14 @@ def simulate_manifests(
     directory: Path, policy: str, json_out: Path | None, explain_pod: str | None
 ) -> None:
     """Place the Nodes and Pods of DIR's *.yaml files; print each pod's node and GPUs, or
-    why it is pending. Pending pods are an outcome, not an error: the exit code is 0."""
+    why it is pending. With kgpu Queues or PodGroups among them, one session places the
+    pods as `kgpu run` would (quotas, gangs, preemption and reclaim: pods are also
+    Nominated or Evicted). Pending pods are an outcome, not an error: the exit code is 0."""
     from rich.table import Table
     from rich.text import Text
 
-    from kgpu.sim.manifests import ManifestError, PodStatus
+    from kgpu.sim.manifest_results import PodStatus
+    from kgpu.sim.manifests import ManifestError
     from kgpu.sim.manifests import simulate_manifests as run_manifests
 
     try:
@@ -113,15 +117,21 @@ def simulate_manifests(
         gpus = ",".join(map(str, r.gpus))
         if r.gpus and r.gpu_milli < 1000:
             gpus += f" ({r.gpu_milli / 1000:g} GPU)"
-        style = "yellow" if r.status == PodStatus.PENDING else None
+        style = {PodStatus.PENDING: "yellow", PodStatus.EVICTED: "red"}.get(r.status)
         # Text, not str: a message such as "requests[nvidia.com/gpu]" is not rich markup.
         cells = (r.pod, str(r.status), r.node, gpus, r.message)
         table.add_row(*(Text(c) for c in cells), style=style)
     console.print(table)
-    pending = sum(r.status == PodStatus.PENDING for r in run.results)
+    count = Counter(r.status for r in run.results)
+    placed = count[PodStatus.RUNNING] + count[PodStatus.SCHEDULED]
+    moved = (
+        f" nominated={count[PodStatus.NOMINATED]} evicted={count[PodStatus.EVICTED]}"
+        if count[PodStatus.NOMINATED] or count[PodStatus.EVICTED]
+        else ""
+    )
     console.print(
         f"policy={policy} nodes={len(run.state)} pods={len(run.results)} "
-        f"placed={len(run.results) - pending} pending={pending}"
+        f"placed={placed} pending={count[PodStatus.PENDING]}{moved}"
     )
     for note in run.notes:
         console.print(f"note: {note}", style="dim", markup=False, highlight=False)
@@ -139,12 +149,18 @@ def _explain_simulated(directory: Path, policy: str, run: ManifestRun, pod: str)
     from kgpu.kube.convert import object_ref
     from kgpu.kube.explain import explain_bound, explain_object, explain_unreadable
     from kgpu.plugins.registry import build_scheduler
-    from kgpu.sim.manifests import PodStatus, read_documents
+    from kgpu.sim.manifest_results import PodStatus
+    from kgpu.sim.manifests import read_documents
 
     key = pod if "/" in pod else f"default/{pod}"
     result = next((r for r in run.results if r.pod == key), None)
     if result is None:
         raise click.ClickException(f"no Pod {key} in {directory}")
+    if result.status == PodStatus.EVICTED:
+        return [f"Pod {key} is evicted: {result.message}."]
+    if result.status == PodStatus.NOMINATED:
+        where = explain_bound(key, result.node, result.gpus, result.gpu_milli).lines()[0]
+        return [f"{where.removesuffix('.')}, once the pods evicted for its job are gone."]
     if result.status != PodStatus.PENDING:
         return explain_bound(key, result.node, result.gpus, result.gpu_milli).lines()
     # A pod the simulation could not read (a malformed request, an unknown PriorityClass,
@@ -157,7 +173,9 @@ def _explain_simulated(directory: Path, policy: str, run: ManifestRun, pod: str)
         if d.kind == "Pod" and object_ref("Pod", d.obj) == f"Pod {key}"
     )
     scheduler = build_scheduler(load_profile(policy))
-    return explain_object(run.state, doc.obj, scheduler, None).lines()
+    lines = explain_object(run.state, doc.obj, scheduler, None).lines()
+    # A session's reason may be the queue's or the gang's, which the nodes do not show.
+    return [f"Pod {key} waits: {result.message}", *lines] if run.session else lines
 
 
 @simulate.command("workspaces")

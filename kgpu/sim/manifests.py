@@ -4,21 +4,24 @@ Every ``*.yaml`` and ``*.yml`` file of a directory (not its subdirectories, as `
 apply -f DIR``) is read in name order, each document in file order; a ``List`` (or a
 ``PodList``/``NodeList`` as ``kubectl get -o yaml`` writes them) stands for its items. Nodes
 and Pods go through :mod:`kgpu.kube.convert`, the parsing the live scheduler uses;
-PriorityClasses give pods their priority as the admission plugin would; other kinds are
-skipped with a note.
+PriorityClasses give pods their priority as the admission plugin would; kgpu's Queues and
+PodGroups (``kgpu.io``) make the run a session (:mod:`kgpu.sim.manifest_session`); other
+kinds are skipped with a note.
 
 Pods already bound (``spec.nodeName``) are accounted on their node first, as running. The
 others are scheduled one at a time by priority, highest first, then in file order. A pod
 that fails conversion is pending with the conversion error; it never stops the others.
 Results come in that order too: running pods, then each scheduling attempt, then the pods
-that could not be read.
+that could not be read. With Queues or PodGroups, one session places the pods instead, as
+``kgpu run`` would: gangs whole or not at all, quotas, and preemption and reclaim, which
+evict running pods (``Evicted``) and nominate the pods they make room for (``Nominated``:
+they run there once their victims are gone).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +38,15 @@ from kgpu.kube.convert import (
     pod_from_k8s,
     pod_node_name,
 )
+from kgpu.kube.snapshot import PendingPod
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodSpec
 from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.gpu_fit import GpuFit
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.plugins.resource_fit import NodeResourcesFit
+from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
+from kgpu.sim.manifest_session import session_results
 from kgpu.state.cluster import ClusterState
 
 # Every cluster has these two, whether or not the manifests define them.
@@ -54,12 +60,6 @@ class ManifestError(ValueError):
     """A directory or file that cannot be read at all (no manifests, broken YAML)."""
 
 
-class PodStatus(StrEnum):
-    RUNNING = "Running"  # bound in the manifests, accounted where it is
-    SCHEDULED = "Scheduled"  # placed by this simulation
-    PENDING = "Pending"
-
-
 @dataclass(frozen=True, slots=True)
 class Document:
     source: str  # "pods.yaml#2", or "list.yaml#1 items[3]"
@@ -69,55 +69,6 @@ class Document:
     def kind(self) -> str:
         kind = self.obj.get("kind")
         return kind if isinstance(kind, str) else ""
-
-
-@dataclass(frozen=True, slots=True)
-class PodResult:
-    pod: str  # namespace/name
-    source: str
-    status: PodStatus
-    node: str = ""
-    gpus: tuple[int, ...] = ()  # GPU minors
-    gpu_milli: int = 0  # per GPU; 1000 for whole GPUs
-    message: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pod": self.pod,
-            "source": self.source,
-            "status": str(self.status),
-            "node": self.node or None,
-            "gpus": list(self.gpus),
-            "gpu_milli": self.gpu_milli,
-            "message": self.message,
-        }
-
-
-@dataclass(slots=True)
-class ManifestRun:
-    policy: str
-    state: ClusterState
-    results: list[PodResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        state = self.state
-        return {
-            "policy": self.policy,
-            "pods": [r.to_json() for r in self.results],
-            "nodes": [
-                {
-                    "name": node.name,
-                    "gpu_model": node.gpu_model,
-                    "gpu_free_milli": state.node_gpus_free(i),
-                    "cpu_free_milli": int(state.cpu_free[i]),
-                    "memory_free_mib": int(state.mem_free[i]),
-                    "pods": int(state.pods[i]),
-                }
-                for i, node in enumerate(state.nodes)
-            ],
-            "notes": self.notes,
-        }
 
 
 # ---------------------------------------------------------------------------- reading
@@ -161,6 +112,7 @@ class _Pod:
     source: str
     spec: PodSpec
     node_name: str
+    obj: Mapping[str, Any]  # as read, its priority filled in
 
 
 def _priority_classes(
@@ -233,11 +185,14 @@ class _Converted:
     pods: list[_Pod] = field(default_factory=list)
     unreadable: list[PodResult] = field(default_factory=list)  # pending before any attempt
     notes: list[str] = field(default_factory=list)
+    groups: list[Mapping[str, Any]] = field(default_factory=list)  # kgpu Queues and PodGroups
+    classes: dict[str, int] = field(default_factory=dict)  # PriorityClass name -> value
 
 
 def _convert(documents: list[Document]) -> _Converted:
     out = _Converted()
     classes, default_priority = _priority_classes(documents, out.notes)
+    out.classes = classes
     seen_nodes: set[str] = set()
     seen_pods: dict[str, str] = {}
     for doc in documents:
@@ -256,7 +211,8 @@ def _convert(documents: list[Document]) -> _Converted:
             ref = object_ref("Pod", doc.obj)
             key = ref.removeprefix("Pod ")
             try:
-                spec = pod_from_k8s(_with_priority(doc.obj, classes, default_priority))
+                obj = _with_priority(doc.obj, classes, default_priority)
+                spec = pod_from_k8s(obj)
                 node_name = pod_node_name(doc.obj)
             except ConversionError as exc:
                 out.unreadable.append(
@@ -270,10 +226,15 @@ def _convert(documents: list[Document]) -> _Converted:
                 )
                 continue
             seen_pods[key] = doc.source
-            out.pods.append(_Pod(len(out.pods), doc.source, spec, node_name))
+            out.pods.append(_Pod(len(out.pods), doc.source, spec, node_name, obj))
+        elif doc.kind in ("Queue", "PodGroup") and str(doc.obj.get("apiVersion")).startswith(
+            "kgpu.io/"
+        ):
+            out.groups.append(doc.obj)
         elif doc.kind != "PriorityClass":
             out.notes.append(
-                f"{doc.source}: {_describe(doc)} skipped: only Node, Pod and PriorityClass are simulated"
+                f"{doc.source}: {_describe(doc)} skipped: only Node, Pod, PriorityClass and "
+                "kgpu.io Queue and PodGroup are simulated"
             )
     return out
 
@@ -283,16 +244,35 @@ def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
     pods = converted.pods
     state = ClusterState(converted.nodes)
     context = PluginContext(typical_pods=typical_pods(p.spec for p in pods))
-    scheduler = build_scheduler(load_profile(policy), context)
+    profile = load_profile(policy)
+    scheduler = build_scheduler(profile, context)
     run = ManifestRun(policy, state, notes=converted.notes)
+    running: list[_Pod] = []
     for pod in pods:
         if pod.node_name:
-            run.results.append(_account_bound(state, scheduler, pod))
+            result = _account_bound(state, scheduler, pod)
+            run.results.append(result)
+            if result.status == PodStatus.RUNNING:
+                running.append(pod)
     waiting = sorted(
         (p for p in pods if not p.node_name), key=lambda p: (-p.spec.priority, p.order)
     )
-    for pod in waiting:
-        run.results.append(_schedule(state, scheduler, pod))
+    if converted.groups:
+        run.session = True
+        run.results.extend(
+            session_results(
+                run,
+                scheduler,
+                profile,
+                [PendingPod(p.obj, p.spec) for p in running],
+                [(PendingPod(p.obj, p.spec), p.source) for p in waiting],
+                converted.groups,
+                converted.classes,
+            )
+        )
+    else:
+        for pod in waiting:
+            run.results.append(_schedule(state, scheduler, pod))
     run.results.extend(converted.unreadable)
     return run
 

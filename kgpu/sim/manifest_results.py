@@ -1,0 +1,67 @@
+"""What ``kgpu simulate manifests`` tells of each pod, and of the cluster it leaves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from kgpu.state.cluster import ClusterState
+
+
+class PodStatus(StrEnum):
+    RUNNING = "Running"  # bound in the manifests, accounted where it is
+    SCHEDULED = "Scheduled"  # placed by this simulation
+    NOMINATED = "Nominated"  # runs on its node once the pods evicted for its job are gone
+    EVICTED = "Evicted"  # was running; preempted or reclaimed by this simulation
+    PENDING = "Pending"
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    pod: str  # namespace/name
+    source: str
+    status: PodStatus
+    node: str = ""
+    gpus: tuple[int, ...] = ()  # GPU minors
+    gpu_milli: int = 0  # per GPU; 1000 for whole GPUs
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "source": self.source,
+            "status": str(self.status),
+            "node": self.node or None,
+            "gpus": list(self.gpus),
+            "gpu_milli": self.gpu_milli,
+            "message": self.message,
+        }
+
+
+@dataclass(slots=True)
+class ManifestRun:
+    policy: str
+    state: ClusterState
+    results: list[PodResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    session: bool = False  # placed by a session (Queues or PodGroups in the manifests)
+
+    def to_json(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "policy": self.policy,
+            "pods": [r.to_json() for r in self.results],
+            "nodes": [
+                {
+                    "name": node.name,
+                    "gpu_model": node.gpu_model,
+                    "gpu_free_milli": state.node_gpus_free(i),
+                    "cpu_free_milli": int(state.cpu_free[i]),
+                    "memory_free_mib": int(state.mem_free[i]),
+                    "pods": int(state.pods[i]),
+                }
+                for i, node in enumerate(state.nodes)
+            ],
+            "notes": self.notes,
+        }
