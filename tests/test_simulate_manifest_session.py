@@ -119,6 +119,9 @@ def test_a_malformed_queue_is_a_note_and_its_jobs_wait(tmp_path: Path) -> None:
         'Queue bad: spec.deserved[gpu] is "two", expected a quantity such as 500m, 4, 1.5, '
         "8Gi or 1e3; the queue is left out"
     ]
+    result = CliRunner().invoke(main, ["simulate", "manifests", str(tmp_path), "--explain", "ml/a"])
+    assert result.exit_code == 0, result.output
+    assert "Pod ml/a waits: queue bad does not exist or is invalid" in result.output.splitlines()
 
 
 def test_the_queues_example_reclaims_what_vision_borrowed_for_the_nlp_gang() -> None:
