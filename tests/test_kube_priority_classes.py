@@ -4,14 +4,14 @@ PodGroup one Warning and the pods' own priority; over real HTTP against the API 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kgpu.kube.client import KubeClient, Timeouts
+from kgpu.kube.client import KubeClient
 from kgpu.kube.informer import Informer
 from kgpu.kube.loop import LoopConfig
 from kgpu.kube.queue_session import QueueReader
@@ -19,38 +19,13 @@ from kgpu.kube.resources import PRIORITY_CLASSES
 from kgpu.kube.run import RunningScheduler
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj
-from tests.kube_objects import wait_until as wait_briefly
-from tests.schedulers import fast_options, schedulers
-
-Start = Callable[..., RunningScheduler]
+from tests.test_kube_queues import Start, double, events, start, wait_until  # noqa: F401
 
 MISSING_HIGH = (
     'PodGroup default/urgent: spec.priorityClassName is "high", expected the name of an '
     "existing PriorityClass; the job takes its pods' highest priority until "
     "it is fixed"
 )
-
-
-def wait_until(check: Callable[[], bool]) -> None:
-    """Longer than the default: the machine is shared, and a session may wait its turn."""
-    wait_briefly(check, timeout=30.0)
-
-
-@pytest.fixture
-def double() -> Iterator[KubeDouble]:
-    with KubeDouble(crds=True) as d:
-        yield d
-
-
-@pytest.fixture
-def start(double: KubeDouble, tmp_path: Path) -> Iterator[Start]:
-    defaults: dict[str, Any] = {
-        "leader_elect": False,
-        "timeouts": Timeouts(connect=1.0, request=2.0, watch=30, watch_grace=2.0),
-        "loop": LoopConfig(unschedulable_retry=0.5, idle_wait=0.05, event_repeat=0.0),
-    }
-    with schedulers() as run:
-        yield lambda **o: run(fast_options(double, tmp_path, **{**defaults, **o}))
 
 
 def priority_class(name: str, value: object) -> dict[str, Any]:
@@ -69,14 +44,6 @@ def podgroup(name: str, priority_class_name: str = "") -> dict[str, Any]:
 def member(name: str, group: str, priority: int) -> dict[str, Any]:
     notes = {"scheduling.k8s.io/group-name": group}
     return pod_obj(name, gpus=1, annotations=notes, priority=priority)
-
-
-def events(double: KubeDouble, reason: str) -> list[str]:
-    return [
-        f"{e['involvedObject']['kind']} {e['involvedObject']['name']}: {e['message']}"
-        for e in double.objects("events")
-        if e["reason"] == reason
-    ]
 
 
 def after_session(scheduler: RunningScheduler, change: Callable[[], object]) -> None:
@@ -112,7 +79,10 @@ def test_a_podgroup_takes_its_classs_value_and_names_a_class_it_cannot_use() -> 
     ]  # fmt: skip
 
 
-def test_priority_classes_list_and_watch_cluster_wide(double: KubeDouble, tmp_path: Path) -> None:
+def test_priority_classes_list_and_watch_cluster_wide(
+    double: KubeDouble,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     double.put(priority_class("high", 1000))
     client = KubeClient.from_kubeconfig(double.kubeconfig(tmp_path))
     informer = Informer(client, PRIORITY_CLASSES, watch_seconds=30).start()
@@ -134,7 +104,9 @@ def test_priority_classes_list_and_watch_cluster_wide(double: KubeDouble, tmp_pa
 # With a batch of one pod a session, the class also decides which pod makes the batch.
 @pytest.mark.parametrize("batch_size", [1, 2000])
 def test_a_podgroups_priority_class_orders_it_before_higher_priority_pods(
-    double: KubeDouble, start: Start, batch_size: int
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
+    batch_size: int,
 ) -> None:
     double.put(node_obj("n1", gpus=1))
     double.put(priority_class("high", 1000))
@@ -152,7 +124,8 @@ def test_a_podgroups_priority_class_orders_it_before_higher_priority_pods(
 
 
 def test_a_podgroups_priority_class_preempts_a_job_of_higher_priority_pods(
-    double: KubeDouble, start: Start
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
 ) -> None:
     double.put(node_obj("n1", gpus=2))
     double.put(podgroup("steady"))
