@@ -67,8 +67,9 @@ def undo(state: ClusterState, bind: Bind) -> None:
 
 
 def schedulable(session: Session, job: JobInfo) -> bool:
-    """A job the session may place pods of: valid, admitted, with pods waiting."""
-    return not job.problem and job.admitted and bool(job.pending)
+    """A job the session may place pods of: valid, admitted, with pods waiting (asked of
+    every job, most of them running with nothing pending: that test first)."""
+    return bool(job.pending) and not job.problem and job.admitted
 
 
 def gang_message(session: Session, job: JobInfo, placed: int, why: Status) -> Status:

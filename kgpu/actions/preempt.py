@@ -16,6 +16,7 @@ similar jobs costs a few attempts, not hundreds.
 
 from __future__ import annotations
 
+from kgpu.actions.allocate import schedulable
 from kgpu.actions.placement import Placer, placer_of
 from kgpu.actions.victims import VictimPool, make_room
 from kgpu.framework.session import Session
@@ -72,6 +73,12 @@ def take_room(
         return True
     statement.discard()
     return False
+
+
+def may_take_room(session: Session, job: JobInfo) -> bool:
+    """A job preempt and reclaim may evict for: schedulable, not ready yet, and none of the
+    victims of its earlier evictions still leaving."""
+    return schedulable(session, job) and not session.ready(job) and session.may_evict(job)
 
 
 class Failures:
@@ -153,19 +160,12 @@ class Preempt:
                 by_queue.setdefault(job.queue, []).append(job)
         failures = Failures()
         hopeless: set[tuple[int, int]] = set()
-        ready, may_evict = session.ready, session.may_evict
         for queue in sorted(by_queue, key=session.queue_key):
             jobs = by_queue[queue]
             pool: VictimPool | None = None
             giver: JobInfo | None = None
             least = session.tree.specs[queue].min_runtime_s
-            # ``schedulable`` written out: asked of every job of every queue, most of them
-            # running with nothing pending.
-            waiting = [
-                j
-                for j in jobs
-                if j.pending and not j.problem and j.admitted and not ready(j) and may_evict(j)
-            ]
+            waiting = [j for j in jobs if may_take_room(session, j)]
             for job in sorted(waiting, key=session.job_key):
                 if (queue, job.spec.priority) in hopeless or failures.known(session, job, queue):
                     continue

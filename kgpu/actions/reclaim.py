@@ -18,7 +18,7 @@ import heapq
 
 from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import placer_of
-from kgpu.actions.preempt import Failures, take_room
+from kgpu.actions.preempt import Failures, may_take_room, take_room
 from kgpu.actions.victims import VictimPool
 from kgpu.framework.session import Key, Session
 from kgpu.model.fair_share import dominant_ratio
@@ -33,17 +33,8 @@ class Reclaim:
             return
         placer = placer_of(session)
         waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
-        ready, may_evict = session.ready, session.may_evict
         for job in session.jobs:
-            # ``schedulable`` written out, its cheapest test first: asked of every job of
-            # the cluster, most of them running with nothing pending.
-            if (
-                job.pending
-                and not job.problem
-                and job.admitted
-                and not ready(job)
-                and may_evict(job)
-            ):
+            if may_take_room(session, job):
                 waiting.setdefault(job.queue, []).append((session.job_key(job), job))
         if not waiting:
             return

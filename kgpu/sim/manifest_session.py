@@ -16,52 +16,19 @@ min-runtime keeps no one from being a victim.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from kgpu.actions.run import session_config
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import SessionResult
 from kgpu.kube.queue_session import QueueReader, assemble
 from kgpu.kube.queue_session import run as run_session
 from kgpu.kube.snapshot import PendingPod, Snapshot
-from kgpu.model.pod import PodKey
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
-from kgpu.state.cluster import ClusterState
 
 Obj = Mapping[str, Any]
 NOW = 0.0  # the session's clock; nothing in a manifest run depends on the wall clock
-
-
-@dataclass(frozen=True, slots=True)
-class SessionOutcome:
-    result: SessionResult  # binds, nominations, evictions, pending pods and why
-    blocked: dict[PodKey, str]  # pods of a PodGroup that cannot be read, and its error
-    notes: list[str]  # Queues, PodGroups and PriorityClass names that could not be used
-
-
-def place_with_session(
-    state: ClusterState,
-    scheduler: Scheduler,
-    profile: Profile,
-    running: Sequence[PendingPod],
-    waiting: Sequence[PendingPod],
-    groups: Sequence[Obj],
-    classes: Mapping[str, int],
-) -> SessionOutcome:
-    """One session over ``state``, where the ``running`` pods are already accounted:
-    ``waiting`` are the pods to place, ``groups`` the Queue and PodGroup objects,
-    ``classes`` PriorityClass name → value. The session's binds stay in ``state``."""
-    objects = QueueReader().read(
-        [g for g in groups if g.get("kind") == "Queue"],
-        [g for g in groups if g.get("kind") == "PodGroup"],
-        [{"metadata": {"name": name}, "value": value} for name, value in classes.items()],
-    )
-    made = assemble(Snapshot(state, bound=list(running)), waiting, {}, objects, now=NOW)
-    session = run_session(made.snapshot, scheduler, session_config(profile))
-    notes = [problem.message for problem in objects.problems]
-    return SessionOutcome(session.result, made.blocked, notes)
 
 
 def session_results(
@@ -74,13 +41,19 @@ def session_results(
     classes: Mapping[str, int],
 ) -> list[PodResult]:
     """The ``waiting`` pods' results (each with its source) from one session over
-    ``run.state``; the ``running`` pods it evicts are marked so among ``run.results``, and
-    what could not be used goes to ``run.notes``."""
-    outcome = place_with_session(
-        run.state, scheduler, profile, running, [p for p, _ in waiting], groups, classes
+    ``run.state``, where the ``running`` pods are already accounted. ``groups`` are the
+    Queue and PodGroup objects, ``classes`` PriorityClass name → value. Running pods the
+    session evicts are marked so among ``run.results``; what could not be used goes to
+    ``run.notes``; the session's binds stay in ``run.state``."""
+    objects = QueueReader().read(
+        [g for g in groups if g.get("kind") == "Queue"],
+        [g for g in groups if g.get("kind") == "PodGroup"],
+        [{"metadata": {"name": name}, "value": value} for name, value in classes.items()],
     )
-    run.notes.extend(outcome.notes)
-    decided = outcome.result
+    pending = [p for p, _ in waiting]
+    made = assemble(Snapshot(run.state, bound=list(running)), pending, {}, objects, now=NOW)
+    decided = run_session(made.snapshot, scheduler, session_config(profile)).result
+    run.notes.extend(problem.message for problem in objects.problems)
     evicted = {str(e.pod): e.message for e in decided.evictions}
     run.results[:] = [
         replace(r, status=PodStatus.EVICTED, message=evicted[r.pod]) if r.pod in evicted else r
@@ -89,7 +62,7 @@ def session_results(
     binds = {str(b.pod): b for b in decided.binds}
     nominated = {str(n.pod): n for n in decided.nominations}
     why = {str(p.pod): p.message for p in decided.pending}
-    why.update({str(k): v for k, v in outcome.blocked.items()})
+    why.update({str(k): v for k, v in made.blocked.items()})
     out: list[PodResult] = []
     for pod, source in waiting:
         key = pod.spec.key
