@@ -12,6 +12,7 @@ from kgpu.framework.scheduler import Placement, Scheduler, Unschedulable
 from kgpu.framework.status import Code
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.pod import PodKey, PodSpec
+from kgpu.plugins.best_fit import BestFit
 from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.state.cluster import ClusterState
@@ -118,6 +119,51 @@ def test_cached_cycles_decide_exactly_as_uncached_ones(arrivals: list[tuple[int,
                     run.append((-1, outcome.message))
             decisions.append(run)
         assert decisions[0] == decisions[1], policy
+
+
+class _BestFitNormalisedEveryCycle(BestFit):
+    normalize_keeps_best = False  # the framework then normalises and sums every cycle
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(1, 16)), min_size=5, max_size=80),
+    st.sampled_from([0.5, 1.0, 3.0]),
+    st.booleans(),
+)
+def test_a_lone_score_that_keeps_its_best_decides_as_the_normalised_sum_does(
+    arrivals: list[tuple[int, int]], weight: float, ranked: bool
+) -> None:
+    """Best-fit alone is read off its raw scores: the same nodes, GPUs and totals as
+    normalising every feasible node and summing, ties and all-equal cycles included."""
+    pods = [
+        PodSpec(PodKey(f"t/{i}"), cpu_milli=cpu * 1000, memory_mib=1024, gpu=_SHAPES[shape])
+        for i, (shape, cpu) in enumerate(arrivals)
+    ]
+    # Nodes a few cores apart, the roomiest first: raw scores a point apart, and the best
+    # node often behind one that is a point short.
+    nodes = [
+        make_node(f"n{i}").cpu((58 - 3 * i) * 1000).gpus(8 if i % 3 else 4).build()
+        for i in range(6)
+    ]
+    runs = []
+    for plugin in (BestFit(), _BestFitNormalisedEveryCycle()):
+        base = _scheduler("bestfit")
+        sched = Scheduler(base.pre_filters, base.filters, [(plugin, weight)], base.gpu_choice)
+        if ranked:
+            sched.set_tie_rank(np.array([4, 1, 5, 0, 3, 2]))
+        state = ClusterState(nodes)
+        run: list[tuple[int, tuple[int, ...], float] | str] = []
+        for pod in pods:
+            outcome = sched.schedule(state, pod)
+            if isinstance(outcome, Placement):
+                state.allocate(pod, outcome.node, outcome.gpus)
+                run.append((outcome.node, outcome.gpus, outcome.score))
+            else:
+                run.append(outcome.message)
+        runs.append(run)
+    assert runs[0] == runs[1]
+    assert {r[2] for r in runs[0] if isinstance(r, tuple)} <= {0.0, 100.0 * weight}
 
 
 def test_unknown_policy_names_the_choices() -> None:

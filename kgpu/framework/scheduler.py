@@ -111,6 +111,20 @@ class Scheduler:
             for p, w in self.scores
         )
         self._cached_steps = tuple(step for step in self._steps if step.plugin.cacheable)
+        # A profile of one cached score, unweighted or normalised so that its best nodes
+        # stay the best: the cycle's choice is read off the raw scores (``_pick_raw``),
+        # without a pass over the feasible nodes to normalise and weigh them.
+        only = self._steps[0] if len(self._steps) == 1 else None
+        self._best_only = (
+            only
+            if only is not None
+            and only.plugin.cacheable
+            and (
+                (only.normalize is None and only.weight == 1.0)
+                or (only.normalize is not None and only.weight > 0 and _keeps_best(only.plugin))
+            )
+            else None
+        )
         lead = 0
         while lead < len(self.filters) and _has_static_verdicts(self.filters[lead]):
             lead += 1
@@ -147,8 +161,10 @@ class Scheduler:
         feasible = entry.feasible.nonzero()[0]
         if len(feasible) == 0:
             return entry
-        total = self._total_scores(cycle, pod, entry, feasible)
-        best, top = self._pick(feasible, total)
+        if self._best_only is not None:
+            best, top = self._pick_raw(feasible, entry, self._best_only)
+        else:
+            best, top = self._pick(feasible, self._total_scores(cycle, pod, entry, feasible))
         gpus = self.gpu_choice.choose_gpus(state, pod, best) if pod.gpu.count else ()
         return Placement(pod, best, gpus, top)
 
@@ -253,6 +269,23 @@ class Scheduler:
             return int(best[self.tie_rank[best].argmin()]), float(top) + 0.0
         return int(best[0]), float(top) + 0.0
 
+    def _pick_raw(
+        self, feasible: IntArray, entry: ShapeEntry, step: _ScoreStep
+    ) -> tuple[int, float]:
+        """``_pick`` for a profile of one score: the nodes with the best raw score are those
+        with the best total, which is the raw top (unnormalised, weight 1) or the weight
+        times the normalised top: 100, or 0 where every node scores the same."""
+        raw = entry.scores[step.plugin.name][feasible]
+        high = raw.max()
+        if step.normalize is None:
+            top = float(high)
+        else:
+            top = step.weight * 100.0 if raw.min() < high else 0.0
+        best = feasible[(raw == high).nonzero()[0]]
+        if len(best) > 1 and self.tie_rank is not None:
+            return int(best[self.tie_rank[best].argmin()]), top + 0.0
+        return int(best[0]), top + 0.0
+
     def _unschedulable(self, pod: PodSpec, entry: ShapeEntry, n: int) -> Unschedulable:
         reasons = NodeReasons(total=n)
         rejected = entry.reason_idx[entry.reason_idx >= 0]
@@ -262,6 +295,12 @@ class Scheduler:
         top = self.cache.reasons[int(np.argmax(counts))].code if len(counts) else "NoNodes"
         status = Status(Code.UNSCHEDULABLE, (reasons.message(),), reason_code=top)
         return Unschedulable(pod, status, reasons)
+
+
+def _keeps_best(plugin: ScorePlugin) -> bool:
+    """Does the plugin say its normalisation gives 100 to exactly the nodes with the best
+    raw score, and 0 to all when they score the same (as integer min-max does)?"""
+    return getattr(plugin, "normalize_keeps_best", False) is True
 
 
 def _has_static_verdicts(plugin: FilterPlugin) -> bool:

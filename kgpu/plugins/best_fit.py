@@ -34,6 +34,9 @@ def min_max_normalize(scores: FloatArray) -> FloatArray:
 class BestFit:
     name = names.BEST_FIT
     cacheable = True
+    # Integer min-max gives 100 exactly where the raw score is highest: a quotient short of
+    # 100 by at least 100 / (high − low) never floors to it.
+    normalize_keeps_best = True
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         state = cycle.state
