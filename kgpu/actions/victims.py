@@ -53,6 +53,9 @@ class Unit:
         return [self.task] if session.ready(job, job.alive - 1) else []
 
 
+# What a pod of a pool's unit holds on its node: (queue, CPU, memory, milli-GPU, GPUs).
+_Held = tuple[int, int, int, int, tuple[int, ...]]
+
 # A victim unit as pools sort it: (-started, pod) of its youngest pod (unique, so nothing
 # further is ever compared), its job, the extra pod (None: the whole gang), its nodes.
 _Entry = tuple[float, str, JobInfo, Task | None, tuple[int, ...]]
@@ -160,6 +163,11 @@ class VictimPool:
         self.units: list[Unit] = []
         self.by_node: dict[int, list[Unit]] = {}
         self.by_queue: dict[int, list[Unit]] = {}
+        # Per node: its clock, and what the pods of the pool's units hold there (``held``).
+        self._held: dict[int, tuple[int, list[_Held]]] = {}
+        # Per request and victims' queues: the nodes ``_may_fit`` turned down, with their
+        # clocks then (``hopeless``).
+        self._hopeless: dict[tuple[object, ...], dict[int, int]] = {}
         units, by_node, by_queue = self.units, self.by_node, self.by_queue
         for order in sorted(buckets):
             bucket = buckets[order]
@@ -178,6 +186,48 @@ class VictimPool:
                     by_queue[job.queue] = [unit]
                 else:
                     found.append(unit)
+
+    def held(self, session: Session, node: int) -> list[_Held]:
+        """What the pods of this pool's units hold on ``node`` now, worked out again only
+        once something on the node was allocated or released (its clock moved): a pod's
+        searches look at the same first nodes, and most of them find no room there."""
+        clock = int(session.state.node_clock[node])
+        found = self._held.get(node)
+        if found is not None and found[0] == clock:
+            return found[1]
+        allocations = session.state.allocations
+        counted: set[str] = set()  # a pod in two units (an extra, and its job's gang)
+        out: list[_Held] = []
+        for unit in self.by_node[node]:
+            for task in unit.job.running if unit.task is None else (unit.task,):
+                key = task.pod.key
+                alloc = allocations.get(key)
+                if alloc is None or alloc.node != node or key in counted:
+                    continue
+                counted.add(key)
+                out.append(
+                    (unit.job.queue, alloc.cpu_milli, alloc.memory_mib, alloc.gpu_milli, alloc.gpus)
+                )
+        self._held[node] = (clock, out)
+        return out
+
+    def hopeless(self, pod: PodSpec, queues: set[int] | None) -> dict[int, int]:
+        """The nodes where even every pod of the pool's units (of ``queues``) gone would
+        leave no room for ``pod``, each with its clock when that was found: the answer
+        holds for as long as nothing on the node is allocated or released."""
+        gpu = pod.gpu
+        key = (
+            pod.cpu_milli,
+            pod.memory_mib,
+            gpu.count,
+            gpu.is_shared,
+            gpu.milli,
+            None if queues is None else frozenset(queues),
+        )
+        found = self._hopeless.get(key)
+        if found is None:
+            found = self._hopeless[key] = {}
+        return found
 
     def stream(self, queues: set[int] | None) -> Iterable[Unit]:
         """The units of ``queues`` (all if None), in victim order."""
@@ -217,6 +267,7 @@ def make_room(
     best: _Choice | None = None
     tried = scanned = 0
     seen: set[int] = set()
+    hopeless, clocks = pool.hopeless(pod, queues), session.state.node_clock
     # Nodes come in the order of their first unit, found walking the units in order.
     for first in pool.stream(queues):
         if tried >= MAX_NODES or scanned >= MAX_SCANNED:
@@ -230,6 +281,11 @@ def make_room(
                 continue
             seen.add(node)
             scanned += 1
+            if hopeless.get(node) == clocks[node]:
+                continue
+            if not _may_fit(session, pool, pod, node, queues):
+                hopeless[node] = int(clocks[node])
+                continue  # not even with every pod the pool holds there gone
             # First the cheap bound with every unit the node offers: most nodes lack room
             # even then and need no judging (half the judgements of a steady session).
             # Then the judges sieve before any trial, as a unit refused now stays refused
@@ -276,6 +332,35 @@ def make_room(
     assert gpus is not None, "a node freed in trial must fit when freed again"
     statement.allocate(task, best.node, gpus, card, pipeline=True)
     return True
+
+
+def _may_fit(
+    session: Session, pool: VictimPool, pod: PodSpec, node: int, queues: set[int] | None
+) -> bool:
+    """A cheaper, looser bound than ``_could_fit``: the node's free room plus what every
+    pod of the pool's units (of ``queues``) holds there, whether or not its unit may go."""
+    state = session.state
+    cpu = int(state.cpu_free[node])
+    mem = int(state.mem_free[node])
+    slots = int(state.max_pods[node] - state.pods[node])
+    want = pod.gpu
+    gpus: list[int] | None = state.gpu_free[node].tolist() if want.count else None
+    for queue, held_cpu, held_mem, milli, held_gpus in pool.held(session, node):
+        if queues is not None and queue not in queues:
+            continue
+        cpu += held_cpu
+        mem += held_mem
+        slots += 1
+        if gpus is not None:
+            for g in held_gpus:
+                gpus[g] += milli
+    if cpu < pod.cpu_milli or mem < pod.memory_mib or slots < 1:
+        return False
+    if gpus is None:
+        return True
+    if want.is_shared:
+        return max(gpus) >= want.milli
+    return gpus.count(MILLI_PER_GPU) >= want.count
 
 
 def _could_fit(session: Session, pod: PodSpec, node: int, victims: list[Task]) -> bool:
