@@ -1,10 +1,15 @@
 # The two commands of the README: `make demo` and `make test`. Both create .venv with the
-# interpreter named by PYTHON (Python 3.11 or newer).
+# interpreter named by PYTHON (Python 3.11 or newer); `make test` also builds .venv-compiled.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# kgpu as users install it, its scheduling core compiled (setup.py): the suite runs on it
+# too, and the benchmarks' figures are taken on it. .venv holds an editable, plain build.
+CVENV := .venv-compiled
+CBIN := $(CVENV)/bin
+SOURCES := setup.py pyproject.toml $(shell find kgpu -name '*.py' -o -name '*.yaml')
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test test-compiled compiled lint typecheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +23,21 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
+$(CBIN)/python:
+	$(PYTHON) -m venv $(CVENV)
+	$(CBIN)/python -m pip install --quiet --upgrade pip
+
+$(CVENV)/.deps: pyproject.toml | $(CBIN)/python
+	KGPU_COMPILE=0 $(CBIN)/python -m pip install --quiet '.[dev]'
+	touch $@
+
+$(CVENV)/.installed: $(SOURCES) $(CVENV)/.deps
+	$(CBIN)/python -m pip install --quiet --no-deps --force-reinstall .
+	touch $@
+
+compiled: $(CVENV)/.installed
+	@$(CBIN)/kgpu --version
+
 demo: $(VENV)/.installed
 	$(BIN)/kgpu demo --out out/demo
 
@@ -30,6 +50,22 @@ typecheck: $(VENV)/.dev-installed
 
 test: lint typecheck
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory test-compiled
+
+# pytest from the compiled venv's own script, with the tests appended to sys.path: the
+# installed (compiled) kgpu is imported, not the source tree's. Without a C compiler the
+# install is plain Python and this says so; with one, a plain install means compiling
+# failed, which fails the target.
+test-compiled: $(CVENV)/.installed
+	@if $(CBIN)/python -P -c 'import kgpu, sys; sys.exit(not kgpu.core_compiled())'; then \
+		KGPU_EXPECT_COMPILED=1 $(CBIN)/pytest --import-mode=append -p no:cacheprovider -m 'not e2e'; \
+	elif command -v cc >/dev/null 2>&1; then \
+		echo "compiled core: compiling failed although a C compiler is here; see why with" \
+			"$(CBIN)/python -m pip install -v --no-deps --force-reinstall ." >&2; \
+		exit 1; \
+	else \
+		echo "compiled core: not built here (no C compiler); its tests are skipped"; \
+	fi
 
 clean:
-	rm -rf $(VENV) out .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CVENV) out .mypy_cache .pytest_cache .ruff_cache

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kgpu import core_build
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Placement, Scheduler
 from kgpu.model.gpu import NO_GPU, GpuRequest, gpu_share, whole_gpus
@@ -150,6 +151,7 @@ def main() -> None:
     pods = make_pods(opts.pods, rng)
     gpus = sum(n.gpu_count for n in nodes)
     asked = sum(p.gpu.total_milli for p in pods) / 1000
+    print(f"kgpu scheduling core: {core_build()}")
     print(
         f"policy {opts.policy}: {len(nodes):,} nodes, {gpus:,} GPUs, {len(pods):,} pods "
         f"asking for {asked:,.0f} GPUs, {len({p.shape for p in pods})} shapes"

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kgpu import core_build
 from kgpu.kube.client import KubeClient
 from kgpu.kube.errors import KubeError
 from kgpu.kube.loop import LoopConfig
@@ -139,6 +140,7 @@ def main() -> None:
         help="threads sending Scheduled events",
     )
     opts = parser.parse_args()
+    print(f"kgpu scheduling core: {core_build()}")
     client = KubeClient.from_kubeconfig(opts.kubeconfig, pool_size=32)
     tag = uuid.uuid4().hex[:6]
     namespace = f"bench-{tag}"

@@ -14,6 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
+from kgpu import core_build
 from kgpu.sim.openb_run import run_openb
 
 OPENB = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
@@ -28,6 +29,7 @@ def main() -> None:
     opts = parser.parse_args()
     nodes_csv = OPENB / "openb_node_list_gpu_node.csv"
     pods_csv = OPENB / f"openb_pod_list_{opts.trace}.csv"
+    print(f"kgpu scheduling core: {core_build()}")
     print(f"trace {opts.trace}, seed {opts.seed}")
     print(f"{'policy':<14} {'pods':>6} {'alloc %':>8} {'replay s':>9} {'total s':>8}")
     for policy in opts.policies.split(","):

@@ -35,6 +35,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
+from kgpu import core_build
 from kgpu.actions.run import ACTIONS, SessionConfig, open_session
 from kgpu.config import load_profile
 from kgpu.framework.session import SessionResult, Snapshot, collector_paused
@@ -321,6 +322,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=4, help="cycles after the first")
     parser.add_argument("--churn", type=float, default=0.01, help="share of jobs ending a cycle")
     args = parser.parse_args()
+    print(f"kgpu scheduling core: {core_build()}")
     start = time.perf_counter()
     snapshot = build_snapshot(args.nodes, args.running, args.pending, args.seed, args.mix)
     built = time.perf_counter() - start

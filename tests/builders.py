@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from kgpu.model.devices import NodeDevices
 from kgpu.model.gpu import NO_GPU, GpuRequest
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.taints import Effect, Taint, Toleration
+from kgpu.state.cluster import ClusterState
 
 
 @dataclass
@@ -129,3 +134,10 @@ class NodeBuilder:
 
 def make_node(name: str = "n") -> NodeBuilder:
     return NodeBuilder(name)
+
+
+def state_arrays(state: ClusterState) -> dict[str, npt.NDArray[Any]]:
+    """Copies of every array of ``state``, by attribute name (``dir``, not ``vars``: a
+    compiled ClusterState has no ``__dict__``)."""
+    found = {name: getattr(state, name) for name in dir(state) if not name.startswith("__")}
+    return {name: value.copy() for name, value in found.items() if isinstance(value, np.ndarray)}

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import AllocationError, ClusterState
-from tests.builders import make_node, make_pod
+from tests.builders import make_node, make_pod, state_arrays
 
 
 def _cluster() -> ClusterState:
@@ -34,7 +34,7 @@ def test_gpu_slots_past_a_nodes_count_hold_nothing() -> None:
 
 def test_allocate_then_release_restores_every_array() -> None:
     state = _cluster()
-    before = {k: v.copy() for k, v in vars(state).items() if isinstance(v, np.ndarray)}
+    before = state_arrays(state)
     share = make_pod("s").share(300).build()
     whole = make_pod("w").gpus(2).cpu(4000).build()
     state.allocate(share, 0, [3])

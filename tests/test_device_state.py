@@ -23,7 +23,7 @@ from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins.gpu_choice import DeviceChoice, GpuTightest
 from kgpu.plugins.gpu_fit import GpuFit
 from kgpu.state.cluster import AllocationError, ClusterState
-from tests.builders import make_node, make_pod
+from tests.builders import make_node, make_pod, state_arrays
 
 GPU_MIB = 81_920
 
@@ -158,7 +158,7 @@ def _clusters(draw: st.DrawFn) -> list[NodeInfo]:
 
 
 def _snapshot(state: ClusterState) -> dict[str, Any]:
-    arrays = {k: v.copy() for k, v in vars(state).items() if isinstance(v, np.ndarray)}
+    arrays = state_arrays(state)
     arrays.pop("node_clock")
     return {**arrays, "busy": {k: set(v) for k, v in state._busy.items() if v}}
 

@@ -11,6 +11,8 @@ def test_public_surface_is_what_we_mean_to_export() -> None:
         "NodeInfo",
         "PodSpec",
         "Status",
+        "core_build",
+        "core_compiled",
     ]
     for name in kgpu.__all__:
-        assert getattr(kgpu, name).__module__.startswith("kgpu.")
+        assert getattr(kgpu, name).__module__.split(".")[0] == "kgpu"

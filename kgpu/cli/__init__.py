@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import click
 
+from kgpu import core_build
 from kgpu.cli.cluster import explain, manifests, run_scheduler, webhook
 from kgpu.cli.demo import demo
 from kgpu.cli.simulate import simulate
 
 
 @click.group()
-@click.version_option(package_name="kgpu")
+@click.version_option(
+    package_name="kgpu",
+    message=f"%(prog)s, version %(version)s, scheduling core: {core_build()}",
+)
 def main() -> None:
     """kgpu: a GPU-aware batch scheduler for Kubernetes, and its trace simulator."""
 
