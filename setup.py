@@ -22,6 +22,7 @@ When it compiles:
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -38,18 +39,29 @@ COMPILED = [
     "kgpu/actions/reclaim.py",
     "kgpu/actions/victims.py",
     "kgpu/framework/charges.py",
+    "kgpu/framework/cycle.py",
     "kgpu/framework/scheduler.py",
     "kgpu/framework/session.py",
     "kgpu/framework/shape_cache.py",
     "kgpu/framework/statement.py",
+    "kgpu/framework/status.py",
     "kgpu/model/fair_share.py",
+    "kgpu/model/gpu.py",
     "kgpu/model/job.py",
     "kgpu/model/ledger.py",
+    "kgpu/model/pod.py",
     "kgpu/model/resources.py",
+    "kgpu/plugins/best_fit.py",
+    "kgpu/plugins/capacity_card.py",
     "kgpu/plugins/gang.py",
+    "kgpu/plugins/gpu_choice.py",
+    "kgpu/plugins/gpu_fit.py",
+    "kgpu/plugins/gpu_request_check.py",
     "kgpu/plugins/priority_order.py",
     "kgpu/plugins/proportion.py",
+    "kgpu/plugins/resource_fit.py",
     "kgpu/state/cluster.py",
+    "kgpu/state/devices.py",
 ]
 
 
@@ -66,12 +78,16 @@ def _compiling() -> bool:
 def _extensions() -> list[Any]:
     if not _compiling():
         return []
+    # From a clean build directory: a wheel packs whatever build/lib holds, so an extension
+    # left there by an earlier build (of a module since dropped from COMPILED) would ship,
+    # and be imported instead of its source.
+    shutil.rmtree("build", ignore_errors=True)
     try:
         from mypyc.build import mypycify
 
         return list(mypycify(COMPILED, opt_level="3"))
-    except Exception as exc:  # mypyc missing or refusing the source: install it plain
-        print(f"kgpu: the scheduling core stays plain Python: mypyc failed ({exc})")
+    except ImportError as exc:  # a build without its declared requirements (no isolation)
+        print(f"kgpu: the scheduling core stays plain Python: no mypyc here ({exc})")
         return []
 
 
