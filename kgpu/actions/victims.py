@@ -354,13 +354,7 @@ def _may_fit(
         if gpus is not None:
             for g in held_gpus:
                 gpus[g] += milli
-    if cpu < pod.cpu_milli or mem < pod.memory_mib or slots < 1:
-        return False
-    if gpus is None:
-        return True
-    if want.is_shared:
-        return max(gpus) >= want.milli
-    return gpus.count(MILLI_PER_GPU) >= want.count
+    return _enough(pod, cpu, mem, slots, gpus)
 
 
 def _could_fit(session: Session, pod: PodSpec, node: int, victims: list[Task]) -> bool:
@@ -387,10 +381,16 @@ def _could_fit(session: Session, pod: PodSpec, node: int, victims: list[Task]) -
             slots += 1
             for g in alloc.gpus:
                 gpus[g] += alloc.gpu_milli
+    return _enough(pod, cpu, mem, slots, gpus)
+
+
+def _enough(pod: PodSpec, cpu: int, mem: int, slots: int, gpus: list[int] | None) -> bool:
+    """Room for ``pod`` in that much CPU, memory, pod slots and free milli per GPU (a
+    whole-GPU pod needs GPUs wholly free); ``gpus`` may be None for a pod without GPUs."""
     if cpu < pod.cpu_milli or mem < pod.memory_mib or slots < 1:
         return False
     want = pod.gpu
-    if want.count == 0:
+    if want.count == 0 or gpus is None:
         return True
     if want.is_shared:
         return max(gpus) >= want.milli
