@@ -41,6 +41,14 @@ class Verdicts:
     def all_pass(count: int) -> Verdicts:
         return Verdicts(np.ones(count, dtype=np.bool_))
 
+    @staticmethod
+    def from_reasons(why: list[Reason | None]) -> Verdicts:
+        """The verdicts of nodes judged one by one: each its first reason, or None."""
+        verdicts = Verdicts(np.array([r is None for r in why], dtype=np.bool_))
+        for reason in dict.fromkeys(r for r in why if r is not None):
+            verdicts.rejected.append((reason, np.array([r is reason for r in why], dtype=np.bool_)))
+        return verdicts
+
     def reject(self, reason: Reason, mask: BoolArray) -> None:
         """Reject ``mask`` for ``reason``; nodes already rejected keep their first reason."""
         new = mask & self.ok

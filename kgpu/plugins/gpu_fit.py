@@ -118,7 +118,9 @@ class GpuFit:
                 return Verdicts.all_pass(len(nodes))
             if len(nodes) > _FEW_PLAIN:
                 return self._plain(cycle.state, req, nodes)
-            return _verdicts([_why_not_plain(cycle.state, req, n) for n in nodes.tolist()])
+            return Verdicts.from_reasons(
+                [_why_not_plain(cycle.state, req, n) for n in nodes.tolist()]
+            )
         if len(nodes) <= _FEW_NODES:
             return self._few(cycle.state, req, nodes)
         return self._many(cycle.state, req, nodes)
@@ -162,7 +164,7 @@ class GpuFit:
     @staticmethod
     def _few(state: ClusterState, req: GpuRequest, nodes: IntArray) -> Verdicts:
         """The same verdicts as the array path, node by node."""
-        return _verdicts([_why_not(state, req, node) for node in nodes.tolist()])
+        return Verdicts.from_reasons([_why_not(state, req, node) for node in nodes.tolist()])
 
     @staticmethod
     def _plain(state: ClusterState, req: GpuRequest, nodes: IntArray) -> Verdicts:
@@ -201,13 +203,6 @@ class GpuFit:
         if memory_short is not None:
             verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, memory_short)
         return verdicts
-
-
-def _verdicts(why: list[Reason | None]) -> Verdicts:
-    verdicts = Verdicts(np.array([r is None for r in why], dtype=np.bool_))
-    for reason in dict.fromkeys(r for r in why if r is not None):
-        verdicts.rejected.append((reason, np.array([r is reason for r in why], dtype=np.bool_)))
-    return verdicts
 
 
 def _why_not_plain(state: ClusterState, req: GpuRequest, node: int) -> Reason | None:

@@ -7,8 +7,14 @@ import numpy as np
 from kgpu.framework import reasons
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.interfaces import FilterPlugin, IntArray, Verdicts
+from kgpu.framework.status import Reason
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
+from kgpu.state.cluster import ClusterState
+
+# Up to this many nodes, a call judges each in Python: a cycle mostly re-checks the one
+# node the last placement changed, where a dozen array operations cost more.
+_FEW_NODES = 2
 
 
 class NodeResourcesFit:
@@ -18,6 +24,8 @@ class NodeResourcesFit:
 
     def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
         state = cycle.state
+        if len(nodes) <= _FEW_NODES:
+            return Verdicts.from_reasons([_why_not(state, pod, n) for n in nodes.tolist()])
         full = state.pods[nodes] >= state.max_pods[nodes]
         short_cpu = state.cpu_free[nodes] < pod.cpu_milli
         short_mem = state.mem_free[nodes] < pod.memory_mib
@@ -29,6 +37,17 @@ class NodeResourcesFit:
         verdicts.reject(reasons.INSUFFICIENT_CPU, short_cpu)
         verdicts.reject(reasons.INSUFFICIENT_MEMORY, short_mem)
         return verdicts
+
+
+def _why_not(state: ClusterState, pod: PodSpec, node: int) -> Reason | None:
+    """The array path's verdict on one node."""
+    if state.pods[node] >= state.max_pods[node]:
+        return reasons.TOO_MANY_PODS
+    if state.cpu_free[node] < pod.cpu_milli:
+        return reasons.INSUFFICIENT_CPU
+    if state.mem_free[node] < pod.memory_mib:
+        return reasons.INSUFFICIENT_MEMORY
+    return None
 
 
 _: type[FilterPlugin] = NodeResourcesFit
