@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kgpu.framework.interfaces import Verdicts
 from kgpu.model.devices import NodeDevices
 from kgpu.model.gpu import NO_GPU, GpuRequest
 from kgpu.model.node import NodeInfo, NodeName
@@ -141,3 +142,12 @@ def state_arrays(state: ClusterState) -> dict[str, npt.NDArray[Any]]:
     compiled ClusterState has no ``__dict__``)."""
     found = {name: getattr(state, name) for name in dir(state) if not name.startswith("__")}
     return {name: value.copy() for name, value in found.items() if isinstance(value, np.ndarray)}
+
+
+def verdict_reasons(verdicts: Verdicts) -> list[str]:
+    """Per node a filter was shown: "" if it passed, else its reason's code."""
+    out = ["" if ok else "?" for ok in verdicts.ok.tolist()]
+    for reason, mask in verdicts.rejected:
+        for i in np.flatnonzero(mask).tolist():
+            out[i] = reason.code
+    return out

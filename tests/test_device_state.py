@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgpu.framework.cycle import CycleState
-from kgpu.framework.interfaces import Verdicts
 from kgpu.framework.reasons import INSUFFICIENT_GPU_MEMORY
 from kgpu.kube.allocation import ALLOCATION_ANNOTATION, parse, render_allocation
 from kgpu.kube.rebuild import account_recorded
@@ -23,7 +22,7 @@ from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins.gpu_choice import DeviceChoice, GpuTightest
 from kgpu.plugins.gpu_fit import GpuFit
 from kgpu.state.cluster import AllocationError, ClusterState
-from tests.builders import make_node, make_pod, state_arrays
+from tests.builders import make_node, make_pod, state_arrays, verdict_reasons
 
 GPU_MIB = 81_920
 
@@ -182,14 +181,6 @@ def _held_per_gpu(state: ClusterState) -> tuple[np.ndarray, np.ndarray]:  # type
     return milli, mib
 
 
-def _why(verdicts: Verdicts) -> list[str]:
-    out = ["" if ok else "?" for ok in verdicts.ok.tolist()]
-    for reason, mask in verdicts.rejected:
-        for i in np.flatnonzero(mask).tolist():
-            out[i] = reason.code
-    return out
-
-
 def _node_by_node_equals_arrays(state: ClusterState, gpu: GpuRequest) -> None:
     """GpuFit's two paths (Python for a few nodes, arrays for many) give the same verdicts
     and the same reasons."""
@@ -209,7 +200,9 @@ def _node_by_node_equals_arrays(state: ClusterState, gpu: GpuRequest) -> None:
             gpu.fpga,
         ),
     ):
-        assert _why(GpuFit._few(state, req, nodes)) == _why(GpuFit._many(state, req, nodes))
+        assert verdict_reasons(GpuFit._few(state, req, nodes)) == verdict_reasons(
+            GpuFit._many(state, req, nodes)
+        )
 
 
 @settings(max_examples=120, deadline=None)

@@ -7,18 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgpu.framework.cycle import CycleState
-from kgpu.framework.interfaces import Verdicts
 from kgpu.plugins.resource_fit import NodeResourcesFit
 from kgpu.state.cluster import ClusterState
-from tests.builders import make_node, make_pod
-
-
-def _reasons(verdicts: Verdicts) -> list[str]:
-    out = ["" if ok else "?" for ok in verdicts.ok.tolist()]
-    for reason, mask in verdicts.rejected:
-        for i in np.flatnonzero(mask).tolist():
-            out[i] = reason.code
-    return out
+from tests.builders import make_node, make_pod, verdict_reasons
 
 
 def test_a_node_keeps_the_first_reason_it_fails() -> None:
@@ -35,10 +26,10 @@ def test_a_node_keeps_the_first_reason_it_fails() -> None:
     cycle = CycleState(state, pod)
     every = NodeResourcesFit().filter(cycle, pod, np.arange(4, dtype=np.int64))
     expected = ["TooManyPods", "InsufficientCPU", "InsufficientMemory", ""]
-    assert _reasons(every) == expected
+    assert verdict_reasons(every) == expected
     for node in range(4):
         alone = NodeResourcesFit().filter(cycle, pod, np.array([node], dtype=np.int64))
-        assert _reasons(alone) == [expected[node]]
+        assert verdict_reasons(alone) == [expected[node]]
 
 
 @settings(max_examples=60, deadline=None)
@@ -61,9 +52,9 @@ def test_nodes_judged_one_by_one_get_the_verdicts_of_the_array_path(
             state.allocate(pod, node, [])
     pod = make_pod("p").cpu(cpu).memory(memory).build()
     cycle = CycleState(state, pod)
-    every = _reasons(NodeResourcesFit().filter(cycle, pod, np.arange(6, dtype=np.int64)))
+    every = verdict_reasons(NodeResourcesFit().filter(cycle, pod, np.arange(6, dtype=np.int64)))
     pairs = [
-        _reasons(NodeResourcesFit().filter(cycle, pod, np.array([a, b], dtype=np.int64)))
+        verdict_reasons(NodeResourcesFit().filter(cycle, pod, np.array([a, b], dtype=np.int64)))
         for a, b in ((0, 1), (2, 3), (4, 5))
     ]
     assert every == [reason for pair in pairs for reason in pair]
