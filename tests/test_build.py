@@ -28,18 +28,23 @@ def _compiled_modules() -> list[str]:
     raise AssertionError(f"{SETUP} lists no COMPILED modules")
 
 
+def _compiled_build_under_test() -> bool:
+    """Set by ``make test-compiled``, which runs the suite on .venv-compiled."""
+    return os.environ.get("KGPU_EXPECT_COMPILED") == "1"
+
+
 def test_every_listed_module_is_compiled_exactly_when_the_compiled_build_is_under_test() -> None:
-    expected = os.environ.get("KGPU_EXPECT_COMPILED") == "1"
+    expected = _compiled_build_under_test()
     modules = _compiled_modules()
     assert "kgpu.framework.session" in modules  # what core_compiled() looks at
-    loaded = {name: importlib.import_module(name).__file__ or "" for name in modules}
-    wrong = [f for f in loaded.values() if f.endswith(tuple(EXTENSION_SUFFIXES)) != expected]
+    files = [importlib.import_module(name).__file__ or "" for name in modules]
+    wrong = [f for f in files if f.endswith(tuple(EXTENSION_SUFFIXES)) != expected]
     assert wrong == [], f"expected {'compiled' if expected else 'plain Python'} modules"
     assert kgpu.core_compiled() is expected
 
 
-def test_the_version_names_the_build() -> None:
+def test_the_version_names_the_build_under_test() -> None:
     out = CliRunner().invoke(main, ["--version"], prog_name="kgpu").output
-    build = "compiled (mypyc)" if kgpu.core_compiled() else "plain Python"
+    build = "compiled (mypyc)" if _compiled_build_under_test() else "plain Python"
     assert kgpu.core_build() == build
     assert out == f"kgpu, version {kgpu.__version__}, scheduling core: {build}\n"
