@@ -7,7 +7,6 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -16,8 +15,8 @@ from cryptography import x509
 
 from kgpu.cli import main
 from kgpu.kube.certs import generate_tls, service_dns_names
-from kgpu.kube.crds import custom_resource_definitions
 from kgpu.kube.render import InstallOptions, RenderError, render_objects, to_yaml
+from tests.crd_schemas import errors, schema_of
 
 # kubernetes-validate ships schemas from 1.25 on; the objects use no API that changed
 # between 1.20 (the e2e server) and 1.25, and the e2e test creates them on 1.20 itself.
@@ -343,12 +342,6 @@ def structural_problems(schema: Obj, path: str = "", nested: bool = False) -> li
     return problems
 
 
-def schema_of(kind: str) -> Obj:
-    crd = next(c for c in custom_resource_definitions() if c["spec"]["names"]["kind"] == kind)
-    schema: Obj = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return schema
-
-
 @pytest.mark.parametrize("kind", ["Queue", "PodGroup", "Device", "Workspace"])
 def test_crd_schemas_are_structural(kind: str) -> None:
     schema = schema_of(kind)
@@ -468,14 +461,6 @@ SAMPLES: dict[str, Callable[[], Obj]] = {
     "Device": device,
     "Workspace": workspace,
 }
-
-
-def errors(kind: str, obj: Obj) -> list[tuple[str, str]]:
-    """(field path, message) of every schema violation, as the API server would list them."""
-    validator = jsonschema.Draft4Validator(schema_of(kind))
-    return sorted(
-        (".".join(str(p) for p in e.absolute_path), e.message) for e in validator.iter_errors(obj)
-    )
 
 
 @pytest.mark.parametrize("kind", SAMPLES)

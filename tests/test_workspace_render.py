@@ -7,13 +7,12 @@ from typing import Any
 import pytest
 
 from kgpu.framework.groups import NodeGroupKey
+from kgpu.kube.conditions import condition, merge_conditions
 from kgpu.kube.workspace_render import (
     DEFAULT_IMAGE,
     NODE_GROUP_ANNOTATION,
     MultiNode,
     RenderOptions,
-    condition,
-    merge_conditions,
     owner_reference,
     ready_replicas,
     render_workload,

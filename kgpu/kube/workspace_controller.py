@@ -34,6 +34,7 @@ from typing import Any, Final
 from kgpu.framework.group_scheduler import NO_SUITABLE_GROUP, GroupScheduler, NoGroup
 from kgpu.framework.groups import NodeGroupKey
 from kgpu.kube.client import KubeClient
+from kgpu.kube.conditions import condition, merge_conditions
 from kgpu.kube.convert import ConversionError
 from kgpu.kube.errors import Conflict, NotFound
 from kgpu.kube.resources import NODES, WORKSPACES, Resource
@@ -43,8 +44,6 @@ from kgpu.kube.workspace_render import (
     WORKSPACE_LABEL,
     MultiNode,
     RenderOptions,
-    condition,
-    merge_conditions,
     owner_reference,
     ready_replicas,
     render_workload,
