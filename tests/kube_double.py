@@ -447,6 +447,11 @@ class KubeDouble:
                 **body,
                 "metadata": {**body.get("metadata", {}), "uid": current["metadata"]["uid"]},
             }
+            # As the real server: with a status subresource, a PUT of the object leaves
+            # its status as it was.
+            fresh.pop("status", None)
+            if "status" in current:
+                fresh["status"] = copy.deepcopy(current["status"])
         return self._store(coll, key, fresh, "MODIFIED")
 
     def _bind(self, key: str, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:

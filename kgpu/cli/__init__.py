@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kgpu import core_build
+from kgpu.cli.agent import agent
 from kgpu.cli.cluster import explain, manifests, run_scheduler, webhook
 from kgpu.cli.demo import demo
 from kgpu.cli.simulate import simulate
@@ -19,7 +20,7 @@ def main() -> None:
     """kgpu: a GPU-aware batch scheduler for Kubernetes, and its trace simulator."""
 
 
-for command in (simulate, demo, manifests, webhook, explain, run_scheduler):
+for command in (simulate, demo, manifests, webhook, explain, run_scheduler, agent):
     main.add_command(command)
 
 __all__ = ["main"]

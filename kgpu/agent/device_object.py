@@ -1,0 +1,100 @@
+"""The ``Device`` resource the agent wants for its node, worked out from an inventory.
+
+The agent owns the ``gpu`` entries of ``spec.devices``, the ``kgpu.io/gpu-topology``
+annotation and, when it reads the kubelet's checkpoint, ``kgpu.io/devices-checkpoints``;
+everything else on the object (RDMA and FPGA entries an operator or another agent wrote,
+other annotations and labels) is kept as it is. Its status holds one condition,
+``GpusHealthy``, whose message names each unhealthy GPU and why.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from kgpu.agent.inventory import Inventory
+from kgpu.kube.conditions import condition, merge_conditions
+from kgpu.kube.device_cr import CHECKPOINT_ANNOTATIONS, GPU_MEMORY, TOPOLOGY_ANNOTATION
+from kgpu.kube.resources import CRD_GROUP, CRD_VERSION, DEVICES
+
+Obj = dict[str, Any]
+CHECKPOINT_ANNOTATION: Final = CHECKPOINT_ANNOTATIONS[0]
+HEALTH_CONDITION: Final = "GpusHealthy"
+
+
+def gpu_entries(inventory: Inventory) -> list[Obj]:
+    out = []
+    for slot, gpu in enumerate(inventory.gpus):
+        topology: Obj = {"nodeID": gpu.numa, "busID": gpu.bus_id}
+        peers = inventory.peers(slot)
+        if peers:
+            topology["nvlinkPeers"] = peers
+        out.append(
+            {
+                "type": "gpu",
+                "minor": gpu.minor,
+                "uuid": gpu.uuid,
+                "health": not gpu.problem,
+                "resources": {
+                    "kubernetes.io/gpu-core": 100,
+                    "kubernetes.io/gpu-memory-ratio": 100,
+                    GPU_MEMORY: f"{gpu.memory_mib}Mi",
+                },
+                "topology": topology,
+            }
+        )
+    return out
+
+
+def desired(
+    node: str,
+    inventory: Inventory,
+    checkpoints: list[Obj] | None,
+    current: Mapping[str, Any] | None,
+    owner: Obj | None = None,
+) -> Obj:
+    """``current`` (None: not created yet) with the agent's parts set from ``inventory``;
+    ``checkpoints`` None leaves the checkpoint annotation as it is."""
+    obj: Obj = copy.deepcopy(dict(current)) if current else {}
+    obj["apiVersion"] = f"{CRD_GROUP}/{CRD_VERSION}"
+    obj["kind"] = DEVICES.kind
+    meta = obj.setdefault("metadata", {})
+    meta["name"] = node
+    if owner is not None and not meta.get("ownerReferences"):
+        meta["ownerReferences"] = [owner]
+    annotations = meta.setdefault("annotations", {})
+    annotations[TOPOLOGY_ANNOTATION] = json.dumps([list(r) for r in inventory.links])
+    if checkpoints is not None:
+        annotations[CHECKPOINT_ANNOTATION] = json.dumps(checkpoints)
+    spec = obj.setdefault("spec", {})
+    others = [d for d in spec.get("devices") or [] if d.get("type") != "gpu"]
+    spec["devices"] = gpu_entries(inventory) + others
+    obj.pop("status", None)  # written through the status subresource
+    return obj
+
+
+def without_status(obj: Mapping[str, Any]) -> Obj:
+    return {k: v for k, v in obj.items() if k != "status"}
+
+
+def node_owner(node: Mapping[str, Any]) -> Obj:
+    """The Node as owner: the Device goes when its node is deleted."""
+    meta = node.get("metadata", {})
+    return {"apiVersion": "v1", "kind": "Node", "name": meta.get("name"), "uid": meta.get("uid")}
+
+
+def health_status(inventory: Inventory, current: Mapping[str, Any] | None, now: str) -> Obj:
+    """The status with ``GpusHealthy`` set from ``inventory``; other conditions kept."""
+    bad = inventory.unhealthy
+    count = len(inventory.gpus)
+    if bad:
+        message = "; ".join(f"GPU {g.minor} ({g.uuid}): {g.problem}" for g in bad)
+        new = condition(HEALTH_CONDITION, False, "GpusUnhealthy", message, 0, now)
+    else:
+        message = f"{count} GPU{'s' * (count != 1)}, driver {inventory.driver}"
+        new = condition(HEALTH_CONDITION, True, "AllHealthy", message, 0, now)
+    del new["observedGeneration"]
+    status = (current or {}).get("status") or {}
+    return {**status, "conditions": merge_conditions(status.get("conditions") or [], [new])}

@@ -1,0 +1,82 @@
+"""Which devices the kubelet gave which pods: its device manager's checkpoint file.
+
+The kubelet writes ``/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint`` after
+every allocation::
+
+    {"Data": {"PodDeviceEntries": [{"PodUID": "…", "ContainerName": "main",
+      "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": ["GPU-…"]}, "AllocResp": "…"}],
+      "RegisteredDevices": {...}}, "Checksum": …}
+
+(``DeviceIDs`` is a plain list before Kubernetes 1.20, a map by NUMA node since.) The agent
+turns the NVIDIA entries into the Device's checkpoint annotation, one entry per pod and
+resource, which is how kgpu learns which GPUs a pod placed by another scheduler holds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+DEFAULT_CHECKPOINT: Final = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
+_PREFIX: Final = "nvidia.com/"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read as the kubelet writes it."""
+
+
+def read_checkpoint(path: Path) -> list[dict[str, Any]] | None:
+    """The annotation's entries, ``[{"podUID", "resourceName", "deviceIDs"}]``, in the
+    file's order; None when there is no file (no device was ever allocated on the node)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"kubelet checkpoint {path}: cannot be read: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise CheckpointError(f"kubelet checkpoint {path}: is not JSON ({exc})") from exc
+    entries = data.get("Data", {}).get("PodDeviceEntries") if isinstance(data, dict) else None
+    if entries is None:
+        entries = []  # a kubelet that has allocated nothing writes null
+    if not isinstance(entries, list):
+        raise CheckpointError(
+            f"kubelet checkpoint {path}: Data.PodDeviceEntries is {type(entries).__name__}, "
+            "expected a list of {PodUID, ResourceName, DeviceIDs}"
+        )
+    merged: dict[tuple[str, str], list[str]] = {}
+    for i, entry in enumerate(entries):
+        where = f"kubelet checkpoint {path}: Data.PodDeviceEntries[{i}]"
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{where} is {json.dumps(entry)}, expected an object")
+        uid, resource = entry.get("PodUID"), entry.get("ResourceName")
+        if not isinstance(uid, str) or not isinstance(resource, str):
+            raise CheckpointError(f"{where} has no PodUID or ResourceName string")
+        if not resource.startswith(_PREFIX):
+            continue
+        ids = merged.setdefault((uid, resource), [])
+        for device in _device_ids(entry.get("DeviceIDs"), where):
+            if device not in ids:
+                ids.append(device)
+    return [
+        {"podUID": uid, "resourceName": resource, "deviceIDs": ids}
+        for (uid, resource), ids in merged.items()
+    ]
+
+
+def _device_ids(value: object, where: str) -> list[str]:
+    if isinstance(value, dict):  # by NUMA node: keep the node order the kubelet wrote
+        found = [d for ids in value.values() if isinstance(ids, list) for d in ids]
+        lists_only = all(isinstance(ids, list) for ids in value.values())
+    else:
+        found = value if isinstance(value, list) else []
+        lists_only = isinstance(value, list)
+    if not lists_only or not all(isinstance(d, str) for d in found):
+        raise CheckpointError(
+            f"{where}.DeviceIDs is {json.dumps(value)}, expected a list of device ids or a "
+            'map of NUMA node to such lists, such as {"0": ["GPU-…"]}'
+        )
+    return [str(d) for d in found]

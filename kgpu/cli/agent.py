@@ -1,0 +1,118 @@
+"""``kgpu agent``: the node agent that reports a node's GPUs as its Device resource."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import click
+
+from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
+
+
+@click.command("agent")
+@click.option(
+    "--node",
+    envvar="NODE_NAME",
+    help="the node this runs on, which names its Device [env NODE_NAME; a DaemonSet sets "
+    "it from spec.nodeName]",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="kubeconfig file; default: the pod's service account, else $KUBECONFIG or ~/.kube/config",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1),
+    default=10.0,
+    show_default=True,
+    help="seconds between rounds of discovery",
+)
+@click.option(
+    "--resync",
+    type=click.FloatRange(0.0),
+    default=300.0,
+    show_default=True,
+    help="seconds after which the Device is read back and mended even if nothing changed",
+)
+@click.option(
+    "--kubelet-checkpoint",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_CHECKPOINT,
+    show_default=True,
+    help="the kubelet's device checkpoint: which GPUs pods placed by other schedulers hold",
+)
+@click.option("--no-kubelet-checkpoint", is_flag=True, help="leave the checkpoint annotation alone")
+@click.option("--once", is_flag=True, help="one round, then exit")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="print the Device resource one round would write, and write nothing",
+)
+@click.option("-v", "--verbose", is_flag=True, help="log at debug level")
+def agent(
+    node: str | None,
+    kubeconfig: str | None,
+    interval: float,
+    resync: float,
+    kubelet_checkpoint: Path,
+    no_kubelet_checkpoint: bool,
+    once: bool,
+    dry_run: bool,
+    verbose: bool,
+) -> None:
+    """Report this node's GPUs (UUIDs, memory, health, NVLink and PCIe topology, what the
+    kubelet gave pods) as its kgpu.io Device resource, every INTERVAL seconds, until
+    SIGTERM or SIGINT."""
+    import logging
+    import signal
+    import threading
+
+    import yaml
+
+    from kgpu.agent.device_object import desired, health_status
+    from kgpu.agent.nvml import NvmlProbe
+    from kgpu.agent.probe import ProbeError
+    from kgpu.agent.publish import DevicePublisher
+    from kgpu.agent.run import Agent, AgentOptions, Observer
+    from kgpu.kube.client import KubeClient
+    from kgpu.kube.errors import KubeError
+
+    level = logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if node is None and not dry_run:
+        raise click.UsageError("--node (or NODE_NAME) names the node whose Device is written")
+    node = node or socket.gethostname()
+    options = AgentOptions(
+        node, interval, resync, None if no_kubelet_checkpoint else kubelet_checkpoint
+    )
+    try:
+        probe = NvmlProbe()
+    except ProbeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    observer = Observer(probe, options.checkpoint)
+    try:
+        if dry_run:
+            inventory, checkpoints = observer.observe()
+            obj = desired(node, inventory, checkpoints, None)
+            obj["status"] = health_status(inventory, None, "(now)")
+            click.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
+            return
+        client = KubeClient.from_kubeconfig(kubeconfig, user_agent=f"kgpu-agent/{os.getpid()}")
+        runner = Agent(observer, DevicePublisher(client, node), options)
+        if once:
+            runner.round()
+            count = len(observer.inventory.gpus) if observer.inventory else 0
+            click.echo(f"Device {node}: {count} GPUs reported")
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        runner.run(stop)
+    except (KubeError, ProbeError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        probe.close()
