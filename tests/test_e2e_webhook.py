@@ -23,7 +23,8 @@ import pytest
 
 from kgpu.kube.admission import WorkspaceNodes
 from kgpu.kube.certs import generate_tls
-from kgpu.kube.render import InstallOptions, render_objects
+from kgpu.kube.render import render_objects
+from kgpu.kube.render_parts import InstallOptions
 from kgpu.kube.webhook import WebhookServer, tls_context
 from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 
@@ -79,6 +80,7 @@ PLURALS = {
     "ClusterRoleBinding": "clusterrolebindings",
     "Role": "roles",
     "RoleBinding": "rolebindings",
+    "DaemonSet": "daemonsets",
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
     "CustomResourceDefinition": "customresourcedefinitions",
     "Namespace": "namespaces",

@@ -13,9 +13,11 @@ import yaml
 from click.testing import CliRunner
 from cryptography import x509
 
+from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
 from kgpu.cli import main
 from kgpu.kube.certs import generate_tls, service_dns_names
-from kgpu.kube.render import InstallOptions, RenderError, render_objects, to_yaml
+from kgpu.kube.render import render_objects, to_yaml
+from kgpu.kube.render_parts import InstallOptions, RenderError
 from tests.crd_schemas import errors, schema_of
 
 # kubernetes-validate ships schemas from 1.25 on; the objects use no API that changed
@@ -62,6 +64,10 @@ def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> No
         "RoleBinding",
         "Deployment",
         "Service",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -267,10 +273,10 @@ def test_webhook_rules(install: list[Obj]) -> None:
 
 
 def test_the_webhook_may_list_nodes_and_nothing_else(install: list[Obj]) -> None:
-    [_, role] = by_kind(install, "ClusterRole")
+    [_, _, role] = by_kind(install, "ClusterRole")
     assert role["metadata"]["name"] == "kgpu-scheduler-webhook"
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
-    [_, binding] = by_kind(install, "ClusterRoleBinding")
+    [_, _, binding] = by_kind(install, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "kgpu-scheduler-webhook", "namespace": "kgpu-system"}
@@ -279,6 +285,61 @@ def test_the_webhook_may_list_nodes_and_nothing_else(install: list[Obj]) -> None
     webhook = by_kind(install, "Deployment")[1]["spec"]["template"]["spec"]
     assert webhook["serviceAccountName"] == "kgpu-scheduler-webhook"
     assert webhook.get("automountServiceAccountToken", True) is True
+
+
+def test_the_agent_may_write_devices_and_read_its_node_and_nothing_else(
+    install: list[Obj],
+) -> None:
+    [_, role, _] = by_kind(install, "ClusterRole")
+    assert role["metadata"]["name"] == "kgpu-scheduler-agent"
+    assert role["rules"] == [
+        {"apiGroups": ["kgpu.io"], "resources": ["devices"], "verbs": ["get", "create", "update"]},
+        {"apiGroups": ["kgpu.io"], "resources": ["devices/status"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    ]
+    [_, binding, _] = by_kind(install, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "kgpu-scheduler-agent"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "kgpu-scheduler-agent", "namespace": "kgpu-system"}
+    ]
+
+
+def test_the_agent_runs_on_every_gpu_node_with_nvml_and_the_kubelet_checkpoint(
+    install: list[Obj],
+) -> None:
+    [daemonset] = by_kind(install, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "kgpu-scheduler-agent"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    [container] = pod["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env == {
+        "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NVIDIA_DRIVER_CAPABILITIES": "utility",
+    }
+    assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
+    [mount] = container["volumeMounts"]
+    [volume] = pod["volumes"]
+    assert mount["readOnly"] is True and mount["name"] == volume["name"]
+    # The agent's default checkpoint path is inside the directory mounted from the host.
+    assert volume["hostPath"]["path"] == mount["mountPath"] == str(DEFAULT_CHECKPOINT.parent)
+    assert container["args"][0] == "agent"
+    params = main.commands["agent"].make_context("agent", container["args"][1:]).params
+    assert params["interval"] == 10.0
+    assert params["kubelet_checkpoint"] == DEFAULT_CHECKPOINT
+
+
+def test_the_agent_is_left_out_or_kept_to_chosen_nodes() -> None:
+    assert "DaemonSet" not in {o["kind"] for o in render_objects(InstallOptions(agent=False))}
+    opts = InstallOptions(agent_node_selector="gpu=yes,pool=train", webhook=False)
+    [daemonset] = by_kind(render_objects(opts), "DaemonSet")
+    assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "yes", "pool": "train"}
+    with pytest.raises(RenderError, match='--agent-node-selector is "gpu", expected label=value'):
+        render_objects(InstallOptions(agent_node_selector="gpu"))
 
 
 def test_each_render_makes_a_new_certificate() -> None:

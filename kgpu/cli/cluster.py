@@ -31,6 +31,18 @@ from kgpu.config import POLICIES, ProfileError
 @click.option("--replicas", type=click.IntRange(1), default=2, show_default=True)
 @click.option("--crds-only", is_flag=True, help="only the CustomResourceDefinitions")
 @click.option(
+    "--agent/--no-agent",
+    default=True,
+    show_default=True,
+    help="the node agent's DaemonSet, which reports each GPU node's Device",
+)
+@click.option(
+    "--agent-node-selector",
+    default="nvidia.com/gpu.present=true",
+    show_default=True,
+    help="the nodes the agent runs on, as label=value pairs separated by commas",
+)
+@click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="file to write"
 )
 def manifests(
@@ -41,15 +53,26 @@ def manifests(
     webhook_failure_policy: str,
     replicas: int,
     crds_only: bool,
+    agent: bool,
+    agent_node_selector: str,
     output: Path | None,
 ) -> None:
     """Print the whole install as one YAML stream for `kubectl apply -f -`.
 
     With the webhook, a new certificate is made each time: keep the output as a Secret."""
-    from kgpu.kube.render import InstallOptions, RenderError, render_objects, to_yaml
+    from kgpu.kube.render import render_objects, to_yaml
+    from kgpu.kube.render_parts import InstallOptions, RenderError
 
     opts = InstallOptions(
-        namespace, image, scheduler_name, webhook, webhook_failure_policy, replicas, crds_only
+        namespace,
+        image,
+        scheduler_name,
+        webhook,
+        webhook_failure_policy,
+        replicas,
+        crds_only,
+        agent,
+        agent_node_selector,
     )
     try:
         objects = render_objects(opts)

@@ -32,63 +32,29 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import yaml
 
 from kgpu.kube.certs import WebhookTls, generate_tls, service_dns_names
 from kgpu.kube.crds import GROUP, VERSION, custom_resource_definitions
+from kgpu.kube.render_agent import agent_objects
+from kgpu.kube.render_parts import (
+    InstallOptions,
+    Obj,
+    component_labels,
+    container_security,
+    field_env,
+    object_meta,
+    rbac_rule,
+)
 
-Obj = dict[str, Any]
-
-DEFAULT_NAMESPACE: Final = "kgpu-system"
-DEFAULT_IMAGE: Final = "ghcr.io/kgpu/kgpu:0.1.0"
-DEFAULT_SCHEDULER_NAME: Final = "kgpu-scheduler"
 METRICS_PORT: Final = 10251  # `kgpu run`'s default, kube-scheduler's old port
 WEBHOOK_PORT: Final = 8443
 WEBHOOK_PATH: Final = "/validate"
 SKIP_LABEL: Final = "kgpu.io/admission"
 TLS_DIR: Final = "/etc/kgpu/tls"
-_LABEL_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-
-class RenderError(ValueError):
-    """An option that would render objects the API server refuses."""
-
-
-@dataclass(frozen=True, slots=True)
-class InstallOptions:
-    namespace: str = DEFAULT_NAMESPACE
-    image: str = DEFAULT_IMAGE
-    scheduler_name: str = DEFAULT_SCHEDULER_NAME
-    webhook: bool = True
-    failure_policy: str = "Ignore"
-    replicas: int = 2
-    crds_only: bool = False
-
-    def check(self) -> None:
-        # Both names end up as object names and label values: DNS-1123 labels, 63 at most
-        # (less the "-webhook" suffix some objects add).
-        for flag, value, longest in (
-            ("--namespace", self.namespace, 63),
-            ("--scheduler-name", self.scheduler_name, 63 - len("-webhook")),
-        ):
-            if not _LABEL_NAME.fullmatch(value) or len(value) > longest:
-                raise RenderError(
-                    f'{flag} is "{value}", expected lower-case letters, digits and "-", '
-                    f"starting and ending with a letter or digit, at most {longest} characters"
-                )
-        if not self.image or any(c.isspace() for c in self.image):
-            raise RenderError(f'--image is "{self.image}", expected an image reference')
-        if self.failure_policy not in ("Ignore", "Fail"):
-            raise RenderError(
-                f'--webhook-failure-policy is "{self.failure_policy}", expected Ignore or Fail'
-            )
-        if self.replicas < 1:
-            raise RenderError(f"--replicas is {self.replicas}, expected at least 1")
 
 
 def scheduler_args(opts: InstallOptions) -> list[str]:
@@ -126,6 +92,8 @@ def render_objects(opts: InstallOptions, tls: WebhookTls | None = None) -> list[
     if opts.crds_only:
         return crds
     objects = [_namespace(opts), *crds, *_scheduler(opts)]
+    if opts.agent:
+        objects += agent_objects(opts)
     if opts.webhook:
         webhook_name = f"{opts.scheduler_name}-webhook"
         if tls is None:
@@ -151,30 +119,10 @@ def to_yaml(objects: Iterable[Obj], header: str = "") -> str:
 # ---------------------------------------------------------------------------- pieces
 
 
-def _labels(opts: InstallOptions, component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "kgpu",
-        "app.kubernetes.io/instance": opts.scheduler_name,
-        "app.kubernetes.io/component": component,
-    }
-
-
-def _meta(opts: InstallOptions, name: str, component: str, namespaced: bool = True) -> Obj:
-    meta: Obj = {"name": name}
-    if namespaced:
-        meta["namespace"] = opts.namespace
-    meta["labels"] = {**_labels(opts, component), "app.kubernetes.io/part-of": "kgpu"}
-    return meta
-
-
 def _namespace(opts: InstallOptions) -> Obj:
-    meta = _meta(opts, opts.namespace, "namespace", namespaced=False)
+    meta = object_meta(opts, opts.namespace, "namespace", namespaced=False)
     meta["labels"][SKIP_LABEL] = "skip"
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
-
-
-def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
-    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
 
 
 def _scheduler_rules() -> list[Obj]:
@@ -188,43 +136,46 @@ def _scheduler_rules() -> list[Obj]:
     return [
         # delete: the victims of preemption and reclaim, and --autoscale's trigger pods;
         # create: those trigger pods (cluster-wide: their namespace is an option of `kgpu run`)
-        _rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
-        _rule([""], ["pods/binding"], ["create"]),
-        _rule([""], ["nodes"], ["get", "list", "watch"]),
+        rbac_rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
+        rbac_rule([""], ["pods/binding"], ["create"]),
+        rbac_rule([""], ["nodes"], ["get", "list", "watch"]),
         # core/v1 Events: what `kubectl describe` shows on every version; patch counts repeats
-        _rule([""], ["events"], ["create", "patch"]),
-        _rule([GROUP], crs, ["get", "list", "watch"]),
-        _rule([GROUP], ["queues/status", "podgroups/status"], ["update", "patch"]),
+        rbac_rule([""], ["events"], ["create", "patch"]),
+        rbac_rule([GROUP], crs, ["get", "list", "watch"]),
+        rbac_rule([GROUP], ["queues/status", "podgroups/status"], ["update", "patch"]),
         # The Workspace controller: it finds a workspace's workload by listing with a label
         # selector, creates what is missing, patches replicas to scale, deletes the
         # StatefulSets of replicas scaled away, and patches the Workspace's status. Whether
         # the LeaderWorkerSet CRD is installed it learns by listing LeaderWorkerSets.
-        _rule([GROUP], ["workspaces/status"], ["patch"]),
+        rbac_rule([GROUP], ["workspaces/status"], ["patch"]),
         # The workload's owner reference blocks the Workspace's deletion until it is gone;
         # where OwnerReferencesPermissionEnforcement is on, that takes update on finalizers.
-        _rule([GROUP], ["workspaces/finalizers"], ["update"]),
-        _rule([""], ["services"], ["list", "create"]),
-        _rule(["apps"], ["deployments"], ["list", "create", "patch"]),
-        _rule(["apps"], ["statefulsets"], ["list", "create", "patch", "delete"]),
-        _rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], ["list", "create", "patch"]),
+        rbac_rule([GROUP], ["workspaces/finalizers"], ["update"]),
+        rbac_rule([""], ["services"], ["list", "create"]),
+        rbac_rule(["apps"], ["deployments"], ["list", "create", "patch"]),
+        rbac_rule(["apps"], ["statefulsets"], ["list", "create", "patch", "delete"]),
+        rbac_rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], ["list", "create", "patch"]),
         # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job.
         # --autoscale: the trigger pods' PriorityClass, installed at start; Karpenter's
         # NodeClaims, read to follow each trigger's node.
-        _rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch", "create"]),
-        _rule(["karpenter.sh"], ["nodeclaims"], ["get", "list", "watch"]),
+        rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch", "create"]),
+        rbac_rule(["karpenter.sh"], ["nodeclaims"], ["get", "list", "watch"]),
     ]
 
 
 def _scheduler(opts: InstallOptions) -> list[Obj]:
     name = opts.scheduler_name
-    meta = _meta(opts, name, "scheduler")
-    cluster_meta = _meta(opts, name, "scheduler", namespaced=False)
-    lease_meta = _meta(opts, f"{name}-leader-election", "scheduler")
+    meta = object_meta(opts, name, "scheduler")
+    cluster_meta = object_meta(opts, name, "scheduler", namespaced=False)
+    lease_meta = object_meta(opts, f"{name}-leader-election", "scheduler")
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}]
     # Leases are namespaced: a Role in the install's namespace, not a ClusterRole.
     lease_rules = [
-        _rule(["coordination.k8s.io"], ["leases"], ["create"]),
-        {**_rule(["coordination.k8s.io"], ["leases"], ["get", "update"]), "resourceNames": [name]},
+        rbac_rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        {
+            **rbac_rule(["coordination.k8s.io"], ["leases"], ["get", "update"]),
+            "resourceNames": [name],
+        },
     ]
     rbac = "rbac.authorization.k8s.io"
     pod_spec: Obj = {
@@ -237,8 +188,8 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
                 "image": opts.image,
                 "args": scheduler_args(opts),
                 "env": [
-                    _field_env("POD_NAME", "metadata.name"),
-                    _field_env("POD_NAMESPACE", "metadata.namespace"),
+                    field_env("POD_NAME", "metadata.name"),
+                    field_env("POD_NAMESPACE", "metadata.namespace"),
                 ],
                 "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
                 "livenessProbe": _probe("/healthz", "metrics", "HTTP", period=10, failures=3),
@@ -247,7 +198,7 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
                     "requests": {"cpu": "500m", "memory": "512Mi"},
                     "limits": {"memory": "2Gi"},
                 },
-                "securityContext": _container_security(),
+                "securityContext": container_security(),
             }
         ],
         # Replicas on different nodes, or a node failure takes the standby with the leader.
@@ -281,7 +232,7 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {
-                **_meta(opts, f"{name}-metrics", "scheduler"),
+                **object_meta(opts, f"{name}-metrics", "scheduler"),
                 "annotations": {
                     "prometheus.io/scrape": "true",
                     "prometheus.io/port": str(METRICS_PORT),
@@ -289,7 +240,7 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
                 },
             },
             "spec": {
-                "selector": _labels(opts, "scheduler"),
+                "selector": component_labels(opts, "scheduler"),
                 "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}],
             },
         },
@@ -298,7 +249,7 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
 
 def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     name = f"{opts.scheduler_name}-webhook"
-    meta = _meta(opts, name, "webhook")
+    meta = object_meta(opts, name, "webhook")
     secret = f"{name}-tls"
     pod_spec: Obj = {
         "serviceAccountName": name,
@@ -315,7 +266,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
                     "requests": {"cpu": "100m", "memory": "128Mi"},
                     "limits": {"memory": "256Mi"},
                 },
-                "securityContext": _container_security(),
+                "securityContext": container_security(),
                 "volumeMounts": [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}],
             }
         ],
@@ -334,7 +285,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     skip = {"matchExpressions": [{"key": SKIP_LABEL, "operator": "NotIn", "values": ["skip"]}]}
     ops = ["CREATE", "UPDATE"]
     rbac = "rbac.authorization.k8s.io"
-    cluster_meta = _meta(opts, name, "webhook", namespaced=False)
+    cluster_meta = object_meta(opts, name, "webhook", namespaced=False)
     webhooks = [
         {
             **_hook("pods.kgpu.io", client, opts.failure_policy),
@@ -371,7 +322,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
             "apiVersion": f"{rbac}/v1",
             "kind": "ClusterRole",
             "metadata": cluster_meta,
-            "rules": [_rule([""], ["nodes"], ["list"])],
+            "rules": [rbac_rule([""], ["nodes"], ["list"])],
         },
         {
             "apiVersion": f"{rbac}/v1",
@@ -383,7 +334,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": _meta(opts, secret, "webhook"),
+            "metadata": object_meta(opts, secret, "webhook"),
             "type": "kubernetes.io/tls",
             "data": {
                 "tls.crt": _b64(tls.cert_pem),
@@ -396,7 +347,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
             "kind": "Service",
             "metadata": meta,
             "spec": {
-                "selector": _labels(opts, "webhook"),
+                "selector": component_labels(opts, "webhook"),
                 "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
             },
         },
@@ -404,7 +355,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
-            "metadata": _meta(opts, name, "webhook", namespaced=False),
+            "metadata": object_meta(opts, name, "webhook", namespaced=False),
             "webhooks": webhooks,
         },
     ]
@@ -432,7 +383,7 @@ def _hook(name: str, client: Obj, failure_policy: str) -> Obj:
 
 
 def _deployment(opts: InstallOptions, meta: Obj, component: str, replicas: int, pod: Obj) -> Obj:
-    labels = _labels(opts, component)
+    labels = component_labels(opts, component)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -454,24 +405,12 @@ def _probe(path: str, port: str, scheme: str, *, period: int, failures: int) -> 
     }
 
 
-def _field_env(name: str, path: str) -> Obj:
-    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-
-
-def _container_security() -> Obj:
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-    }
-
-
 def _spread(opts: InstallOptions, component: str) -> Obj:
     term = {
         "weight": 100,
         "podAffinityTerm": {
             "topologyKey": "kubernetes.io/hostname",
-            "labelSelector": {"matchLabels": _labels(opts, component)},
+            "labelSelector": {"matchLabels": component_labels(opts, component)},
         },
     }
     return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}

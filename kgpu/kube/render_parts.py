@@ -1,0 +1,99 @@
+"""What every piece of the install shares: its options, names, labels and RBAC rules."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+Obj = dict[str, Any]
+
+DEFAULT_NAMESPACE: Final = "kgpu-system"
+DEFAULT_IMAGE: Final = "ghcr.io/kgpu/kgpu:0.1.0"
+DEFAULT_SCHEDULER_NAME: Final = "kgpu-scheduler"
+_LABEL_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+class RenderError(ValueError):
+    """An option that would render objects the API server refuses."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstallOptions:
+    namespace: str = DEFAULT_NAMESPACE
+    image: str = DEFAULT_IMAGE
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    webhook: bool = True
+    failure_policy: str = "Ignore"
+    replicas: int = 2
+    crds_only: bool = False
+    agent: bool = True
+    agent_node_selector: str = "nvidia.com/gpu.present=true"
+
+    def check(self) -> None:
+        # Both names end up as object names and label values: DNS-1123 labels, 63 at most
+        # (less the "-webhook" suffix some objects add).
+        for flag, value, longest in (
+            ("--namespace", self.namespace, 63),
+            ("--scheduler-name", self.scheduler_name, 63 - len("-webhook")),
+        ):
+            if not _LABEL_NAME.fullmatch(value) or len(value) > longest:
+                raise RenderError(
+                    f'{flag} is "{value}", expected lower-case letters, digits and "-", '
+                    f"starting and ending with a letter or digit, at most {longest} characters"
+                )
+        if not self.image or any(c.isspace() for c in self.image):
+            raise RenderError(f'--image is "{self.image}", expected an image reference')
+        if self.failure_policy not in ("Ignore", "Fail"):
+            raise RenderError(
+                f'--webhook-failure-policy is "{self.failure_policy}", expected Ignore or Fail'
+            )
+        if self.replicas < 1:
+            raise RenderError(f"--replicas is {self.replicas}, expected at least 1")
+        if self.agent:
+            self.agent_selector()
+
+    def agent_selector(self) -> dict[str, str]:
+        """``--agent-node-selector`` as a nodeSelector: ``key=value`` pairs, comma-separated."""
+        out = {}
+        for pair in filter(None, self.agent_node_selector.split(",")):
+            key, sep, value = pair.strip().partition("=")
+            if not sep or not key:
+                raise RenderError(
+                    f'--agent-node-selector is "{self.agent_node_selector}", expected '
+                    'label=value pairs separated by ",", such as "nvidia.com/gpu.present=true"'
+                )
+            out[key] = value
+        return out
+
+
+def component_labels(opts: InstallOptions, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "kgpu",
+        "app.kubernetes.io/instance": opts.scheduler_name,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def object_meta(opts: InstallOptions, name: str, component: str, namespaced: bool = True) -> Obj:
+    meta: Obj = {"name": name}
+    if namespaced:
+        meta["namespace"] = opts.namespace
+    meta["labels"] = {**component_labels(opts, component), "app.kubernetes.io/part-of": "kgpu"}
+    return meta
+
+
+def rbac_rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+def field_env(name: str, path: str) -> Obj:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def container_security() -> Obj:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }

@@ -1,0 +1,75 @@
+"""End to end: the node agent's Device in a real kube-apiserver, and ``kgpu run`` keeping
+pods off the GPU it reports unhealthy.
+
+The agent runs in-process over a table probe (CI has no GPU; the NVML probe itself is
+checked against nvidia-smi in test_agent_nvml.py on a GPU machine), with the real client:
+the server's structural schema, its status subresource and its resourceVersions are the
+ones a cluster has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from kgpu.agent.publish import DevicePublisher
+from kgpu.agent.run import Agent, AgentOptions, Observer
+from kgpu.kube.client import KubeClient
+from kgpu.kube.device_cr import devices_from_k8s
+from kgpu.kube.errors import KubeError
+from kgpu.kube.resources import DEVICES
+from tests.gpu_probes import hgx_h100
+from tests.kube_objects import allocation_of, node_obj, wait_until
+from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
+from tests.test_e2e_queues import crds  # noqa: F401
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_agents_device_keeps_kgpu_run_off_a_failed_gpu(
+    cluster: Cluster,  # noqa: F811
+    client: KubeClient,  # noqa: F811
+    crds: None,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    node = f"{cluster.scheduler}-n0"
+    cluster.add_nodes([node_obj(node, gpus=2, product="NVIDIA-H100-80GB-HBM3")])
+    probe = hgx_h100(2)
+    probe.set_problem(0, "row remapping failed: GPU memory has uncorrectable errors")
+    options = AgentOptions(node, checkpoint=None)
+    agent = Agent(Observer(probe, None), DevicePublisher(client, node), options)
+    try:
+        assert agent.round() is True
+        stored = client.get(DEVICES, node)
+        assert stored["metadata"]["ownerReferences"][0]["name"] == node
+        (condition,) = stored["status"]["conditions"]
+        assert (condition["status"], condition["reason"]) == ("False", "GpusUnhealthy")
+        assert condition["message"].startswith("GPU 0 (GPU-00000000-")
+        assert [d.healthy for d in devices_from_k8s(stored).gpus] == [False, True]
+        # What the server stored is what the agent wants: a resync writes nothing.
+        assert agent.publisher.publish(*agent.observer.observe()) is False
+
+        cluster.add_pods([cluster.pod("one", gpus=1), cluster.pod("two", gpus=2)])
+        log = tmp_path / "kgpu-run.log"
+        process = cluster.run(log)
+        try:
+            wait_until(lambda: "one" in cluster.bound(), timeout=60)
+            wait_until(lambda: len(cluster.events("FailedScheduling")) >= 1, timeout=30)
+            pods = cluster.pods()
+            assert allocation_of(pods["one"])[:2] == (node, [1])
+            assert pods["one"]["metadata"]["annotations"]["kgpu.io/visible-devices"] == "1"
+            assert "nodeName" not in pods["two"]["spec"]
+            [failed] = [
+                e
+                for e in cluster.events("FailedScheduling")
+                if e["involvedObject"]["name"] == "two"
+            ][:1]
+            assert failed["message"].startswith("0/"), failed["message"]
+        finally:
+            _stop(process)
+        assert process.returncode == 0, log.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(KubeError):
+            client.delete(DEVICES, node)
