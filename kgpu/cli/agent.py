@@ -80,6 +80,7 @@ def agent(
     from kgpu.agent.run import Agent, AgentOptions, Observer
     from kgpu.kube.client import KubeClient
     from kgpu.kube.errors import KubeError
+    from kgpu.kube.events import now_rfc3339
 
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -98,7 +99,7 @@ def agent(
         if dry_run:
             inventory, checkpoints = observer.observe()
             obj = desired(node, inventory, checkpoints, None)
-            obj["status"] = health_status(inventory, None, "(now)")
+            obj["status"] = health_status(inventory, None, now_rfc3339())
             click.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
             return
         client = KubeClient.from_kubeconfig(kubeconfig, user_agent=f"kgpu-agent/{os.getpid()}")
