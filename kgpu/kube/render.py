@@ -41,8 +41,10 @@ from kgpu.kube.certs import WebhookTls, generate_tls, service_dns_names
 from kgpu.kube.crds import GROUP, VERSION, custom_resource_definitions
 from kgpu.kube.render_agent import agent_objects
 from kgpu.kube.render_parts import (
+    RBAC,
     InstallOptions,
     Obj,
+    cluster_identity,
     component_labels,
     container_security,
     field_env,
@@ -166,7 +168,6 @@ def _scheduler_rules() -> list[Obj]:
 def _scheduler(opts: InstallOptions) -> list[Obj]:
     name = opts.scheduler_name
     meta = object_meta(opts, name, "scheduler")
-    cluster_meta = object_meta(opts, name, "scheduler", namespaced=False)
     lease_meta = object_meta(opts, f"{name}-leader-election", "scheduler")
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}]
     # Leases are namespaced: a Role in the install's namespace, not a ClusterRole.
@@ -177,7 +178,6 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
             "resourceNames": [name],
         },
     ]
-    rbac = "rbac.authorization.k8s.io"
     pod_spec: Obj = {
         "serviceAccountName": name,
         "priorityClassName": "system-cluster-critical",
@@ -205,26 +205,13 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
         "affinity": _spread(opts, "scheduler"),
     }
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        *cluster_identity(opts, name, "scheduler", _scheduler_rules()),
+        {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": lease_meta, "rules": lease_rules},
         {
-            "apiVersion": f"{rbac}/v1",
-            "kind": "ClusterRole",
-            "metadata": cluster_meta,
-            "rules": _scheduler_rules(),
-        },
-        {
-            "apiVersion": f"{rbac}/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": cluster_meta,
-            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
-            "subjects": subject,
-        },
-        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": lease_meta, "rules": lease_rules},
-        {
-            "apiVersion": f"{rbac}/v1",
+            "apiVersion": f"{RBAC}/v1",
             "kind": "RoleBinding",
             "metadata": lease_meta,
-            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": lease_meta["name"]},
+            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": lease_meta["name"]},
             "subjects": subject,
         },
         _deployment(opts, meta, "scheduler", opts.replicas, pod_spec),
@@ -284,8 +271,6 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     }
     skip = {"matchExpressions": [{"key": SKIP_LABEL, "operator": "NotIn", "values": ["skip"]}]}
     ops = ["CREATE", "UPDATE"]
-    rbac = "rbac.authorization.k8s.io"
-    cluster_meta = object_meta(opts, name, "webhook", namespaced=False)
     webhooks = [
         {
             **_hook("pods.kgpu.io", client, opts.failure_policy),
@@ -317,20 +302,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     ]
     return [
         # Its token lists Nodes (to place Workspaces) and nothing else.
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {
-            "apiVersion": f"{rbac}/v1",
-            "kind": "ClusterRole",
-            "metadata": cluster_meta,
-            "rules": [rbac_rule([""], ["nodes"], ["list"])],
-        },
-        {
-            "apiVersion": f"{rbac}/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": cluster_meta,
-            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}],
-        },
+        *cluster_identity(opts, name, "webhook", [rbac_rule([""], ["nodes"], ["list"])]),
         {
             "apiVersion": "v1",
             "kind": "Secret",

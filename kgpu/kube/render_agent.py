@@ -14,6 +14,7 @@ from kgpu.kube.crds import GROUP
 from kgpu.kube.render_parts import (
     InstallOptions,
     Obj,
+    cluster_identity,
     component_labels,
     container_security,
     field_env,
@@ -21,7 +22,6 @@ from kgpu.kube.render_parts import (
     rbac_rule,
 )
 
-_RBAC = "rbac.authorization.k8s.io"
 # Where the kubelet keeps its device checkpoint (`kgpu agent --kubelet-checkpoint`).
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
 
@@ -44,7 +44,6 @@ def agent_rules() -> list[Obj]:
 def agent_objects(opts: InstallOptions) -> list[Obj]:
     name = f"{opts.scheduler_name}-agent"
     meta = object_meta(opts, name, "agent")
-    cluster_meta = object_meta(opts, name, "agent", namespaced=False)
     labels = component_labels(opts, "agent")
     container: Obj = {
         "name": "agent",
@@ -79,20 +78,7 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
         "volumes": [{"name": "device-plugins", "hostPath": {"path": DEVICE_PLUGINS_DIR}}],
     }
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {
-            "apiVersion": f"{_RBAC}/v1",
-            "kind": "ClusterRole",
-            "metadata": cluster_meta,
-            "rules": agent_rules(),
-        },
-        {
-            "apiVersion": f"{_RBAC}/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": cluster_meta,
-            "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}],
-        },
+        *cluster_identity(opts, name, "agent", agent_rules()),
         {
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",

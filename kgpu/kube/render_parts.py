@@ -97,3 +97,31 @@ def container_security() -> Obj:
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
     }
+
+
+RBAC: Final = "rbac.authorization.k8s.io"
+
+
+def cluster_identity(
+    opts: InstallOptions, name: str, component: str, rules: list[Obj]
+) -> list[Obj]:
+    """A ServiceAccount ``name`` in the install's namespace, and a ClusterRole of ``rules``
+    bound to it."""
+    meta = object_meta(opts, name, component)
+    cluster_meta = object_meta(opts, name, component, namespaced=False)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": f"{RBAC}/v1",
+            "kind": "ClusterRole",
+            "metadata": cluster_meta,
+            "rules": rules,
+        },
+        {
+            "apiVersion": f"{RBAC}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": cluster_meta,
+            "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}],
+        },
+    ]
