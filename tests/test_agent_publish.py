@@ -4,6 +4,8 @@ scheduler then reads, what is left alone, and how conflicts and failures are met
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,3 +261,30 @@ def test_a_node_not_in_the_cluster_still_gets_its_device_without_an_owner(
     _agent(client, hgx_h100(1)).round()
     assert "ownerReferences" not in _device(double)["metadata"]
     assert f"Node {NODE} does not exist" in caplog.text
+
+
+def test_the_loop_rides_out_a_failing_server_and_stops_when_told(
+    double: KubeDouble, client: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    probe = hgx_h100(2)
+    agent = _agent(client, probe)
+    double.fail("GET", DEVICE_PATH + "$", 503, times=2)
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while double.get("devices", NODE) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        probe.set_problem(1, "row remapping failed: GPU memory has uncorrectable errors")
+        while time.monotonic() < deadline:
+            obj = double.get("devices", NODE)
+            if obj and obj["spec"]["devices"][1]["health"] is False:
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        loop.join(5)
+    assert not loop.is_alive()
+    assert [d["health"] for d in _device(double)["spec"]["devices"]] == [True, False]
+    assert f"Device {NODE} not written" in caplog.text and "again in" in caplog.text
