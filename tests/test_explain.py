@@ -25,6 +25,7 @@ from kgpu.kube.explain import (
     explain_pending,
 )
 from kgpu.kube.near_miss import near_misses
+from kgpu.model.devices import Device, NodeDevices
 from kgpu.model.taints import Effect
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod
@@ -83,6 +84,29 @@ def test_a_pending_pod_gets_all_four_tiers(scheduler: Scheduler) -> None:
         "     a100-2: needs 4 cpu, has 2; GPU ok; memory ok",
         '     t4: GPU model "T4" is not one of A100; cpu ok; memory ok',
     ]
+
+
+def test_a_near_miss_names_the_gpus_its_device_marks_unhealthy() -> None:
+    # What the node agent reports after a GPU is lost and another's memory failed.
+    gpus = tuple(Device(m, f"GPU-{m}", healthy=m not in (1, 3)) for m in range(4))
+    state = ClusterState(
+        [make_node("h100-0").gpus(4, "H100").with_devices(NodeDevices(gpus=gpus)).build()]
+    )
+    whole = near_misses(state, make_pod().gpus(3).build())
+    assert whole[0].line() == (
+        "h100-0: needs 3 idle GPUs, has 2 (GPUs 1, 3 marked unhealthy by its Device); "
+        "cpu ok; memory ok"
+    )
+    fill(state, 0, [0, 2], milli=600)
+    share = near_misses(state, make_pod().share(500).build())
+    assert share[0].lacks == (
+        "needs 0.5 of one GPU, the freest GPU has 0.4 free "
+        "(GPUs 1, 3 marked unhealthy by its Device)",
+    )
+    healthy = ClusterState([make_node("h100-1").gpus(4, "H100").build()])
+    assert near_misses(healthy, make_pod().gpus(5).build())[0].lacks == (
+        "needs 5 idle GPUs, has 4",
+    )
 
 
 def test_near_misses_rank_by_checks_failed_then_by_how_much_is_lacking() -> None:

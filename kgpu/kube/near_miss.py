@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kgpu.framework.interfaces import BoolArray, FloatArray, IntArray
+from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
 from kgpu.model.taints import untolerated
 from kgpu.model.units import MILLI_PER_GPU
@@ -169,14 +170,24 @@ def _describe_gpu(
         if best < gpu.milli:
             lacks.append(
                 f"needs {gpu_share_text(gpu.milli)} of one GPU, "
-                f"the freest GPU has {gpu_share_text(best)} free"
+                f"the freest GPU has {gpu_share_text(best)} free{_unhealthy(node)}"
             )
             return
     else:
         idle = int(state.gpu_idle_count[i])
         if idle < gpu.count:
             plural = "GPU" if gpu.count == 1 else "GPUs"
-            lacks.append(f"needs {gpu.count} idle {plural}, has {idle}")
+            lacks.append(f"needs {gpu.count} idle {plural}, has {idle}{_unhealthy(node)}")
             return
     if not wrong_model:  # room on GPUs of a model the pod refuses is no help
         fine.append("GPU ok")
+
+
+def _unhealthy(node: NodeInfo) -> str:
+    """A GPU the node's Device marks unhealthy offers nothing: say so, or the node reads as
+    merely full."""
+    bad = [d.minor for d in node.devices.gpus if not d.healthy] if node.devices else []
+    if not bad:
+        return ""
+    minors = ", ".join(map(str, bad))
+    return f" (GPU{'s' * (len(bad) > 1)} {minors} marked unhealthy by its Device)"
