@@ -28,6 +28,8 @@ def gpu_entries(inventory: Inventory) -> list[Obj]:
     out = []
     for slot, gpu in enumerate(inventory.gpus):
         topology: Obj = {"nodeID": gpu.numa, "busID": gpu.bus_id}
+        if gpu.pcie_switch:
+            topology["pcieID"] = gpu.pcie_switch
         peers = inventory.peers(slot)
         if peers:
             topology["nvlinkPeers"] = peers
@@ -42,6 +44,24 @@ def gpu_entries(inventory: Inventory) -> list[Obj]:
                     "kubernetes.io/gpu-memory-ratio": 100,
                     GPU_MEMORY: f"{gpu.memory_mib}Mi",
                 },
+                "topology": topology,
+            }
+        )
+    return out
+
+
+def rdma_entries(inventory: Inventory) -> list[Obj]:
+    out = []
+    for minor, nic in enumerate(inventory.rdma or ()):
+        topology: Obj = {"nodeID": nic.numa, "busID": nic.bus_id}
+        if nic.pcie_switch:
+            topology["pcieID"] = nic.pcie_switch
+        out.append(
+            {
+                "type": "rdma",
+                "minor": minor,
+                "uuid": nic.name,
+                "health": nic.active,
                 "topology": topology,
             }
         )
@@ -69,8 +89,11 @@ def desired(
     if checkpoints is not None:
         annotations[CHECKPOINT_ANNOTATION] = json.dumps(checkpoints)
     spec = obj.setdefault("spec", {})
-    others = [d for d in spec.get("devices") or [] if d.get("type") != "gpu"]
-    spec["devices"] = gpu_entries(inventory) + others
+    # RDMA entries are the agent's where the node has an RDMA stack for it to read;
+    # elsewhere an operator may list them by hand, and they are kept.
+    owned = ("gpu", "rdma") if inventory.rdma is not None else ("gpu",)
+    others = [d for d in spec.get("devices") or [] if d.get("type") not in owned]
+    spec["devices"] = gpu_entries(inventory) + rdma_entries(inventory) + others
     obj.pop("status", None)  # written through the status subresource
     return obj
 

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from kgpu.agent.probe import ANCESTOR_KINDS, GpuFacts, GpuProbe, GpuUnreadable, NvLink
+from kgpu.agent.sysfs import RdmaFacts
 
 GONE = "no longer listed by NVML: fallen off the bus, or taken from the node"
 
@@ -25,6 +26,7 @@ class Inventory:
     driver: str
     gpus: tuple[GpuFacts, ...]
     links: tuple[tuple[str, ...], ...]
+    rdma: tuple[RdmaFacts, ...] | None = None  # None: not looked for, or no RDMA stack
 
     def peers(self, slot: int) -> list[int]:
         """Minors of the GPUs this one reaches over NVLink."""

@@ -14,6 +14,7 @@ from typing import Any
 import pynvml
 
 from kgpu.agent.probe import GpuFacts, GpuUnreadable, NvLink, ProbeError
+from kgpu.agent.sysfs import numa_node, pcie_switch
 
 _MIB = 1 << 20
 _NO_DRIVER = (
@@ -87,6 +88,7 @@ class NvmlProbe:
                 memory_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB,
                 bus_id=bus_id,
                 numa=self._numa(handle, bus_id),
+                pcie_switch=pcie_switch(self._sysfs, bus_id),
                 mig=self._mig(handle),
                 problem=self._problem(handle),
             )
@@ -101,10 +103,7 @@ class NvmlProbe:
         # The NUMA node the GPU hangs off, as the kernel and nvidia-smi's "NUMA Affinity"
         # say. (nvmlDeviceGetNumaNodeId is another thing: the node of the GPU's own memory
         # on coherent CPU-GPU machines, N/A elsewhere.)
-        try:
-            node = int((self._sysfs / "bus/pci/devices" / bus_id / "numa_node").read_text())
-        except (OSError, ValueError):
-            node = -1
+        node = numa_node(self._sysfs, bus_id)
         if node >= 0:
             return node
         # Where the kernel does not say (virtual machines), the driver's affinity may.

@@ -34,6 +34,7 @@ class GpuFacts:
     memory_mib: int
     bus_id: str  # "0000:3b:00.0", as sysfs names the PCI device
     numa: int = -1  # -1 when the platform does not say
+    pcie_switch: str = ""  # the upstream port of the PCIe switch above it (kgpu.agent.sysfs)
     mig: bool = False  # MIG mode on: the GPU is offered as slices, not whole
     problem: str = ""
 

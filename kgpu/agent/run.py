@@ -8,6 +8,7 @@ meanwhile is reported with the next write.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -20,6 +21,7 @@ from kgpu.agent.inventory import Inventory, discover
 from kgpu.agent.kubelet import DEFAULT_CHECKPOINT, CheckpointError, read_checkpoint
 from kgpu.agent.probe import GpuProbe, ProbeError
 from kgpu.agent.publish import DevicePublisher
+from kgpu.agent.sysfs import rdma_devices
 from kgpu.kube.backoff import Backoff
 from kgpu.kube.errors import KubeError
 
@@ -38,15 +40,20 @@ class Observer:
     """Reads the GPUs and the kubelet's checkpoint; keeps the last inventory, so a GPU that
     stops answering is reported with its last known facts."""
 
-    def __init__(self, probe: GpuProbe, checkpoint: Path | None) -> None:
+    def __init__(self, probe: GpuProbe, checkpoint: Path | None, sysfs: Path | None = None) -> None:
         self.probe = probe
         self.checkpoint = checkpoint
+        self.sysfs = sysfs  # where RDMA devices are looked for; None: not looked for
         self.inventory: Inventory | None = None
         self._checkpoint_problem = ""
 
     def observe(self) -> tuple[Inventory, list[dict[str, Any]] | None]:
         """One discovery, and the checkpoint's entries (None where it is not read)."""
-        self.inventory = discover(self.probe, self.inventory)
+        found = discover(self.probe, self.inventory)
+        if self.sysfs is not None:
+            rdma = rdma_devices(self.sysfs)
+            found = dataclasses.replace(found, rdma=None if rdma is None else tuple(rdma))
+        self.inventory = found
         for gpu in self.inventory.unhealthy:
             log.warning("GPU %d (%s) is unhealthy: %s", gpu.minor, gpu.uuid, gpu.problem)
         return self.inventory, self._checkpoints()

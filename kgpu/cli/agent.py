@@ -46,6 +46,19 @@ from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
     help="the kubelet's device checkpoint: which GPUs pods placed by other schedulers hold",
 )
 @click.option("--no-kubelet-checkpoint", is_flag=True, help="leave the checkpoint annotation alone")
+@click.option(
+    "--rdma/--no-rdma",
+    default=True,
+    show_default=True,
+    help="report the RDMA devices of /sys/class/infiniband (else leave rdma entries alone)",
+)
+@click.option(
+    "--sysfs",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/sys"),
+    show_default=True,
+    help="where the kernel's sysfs is mounted",
+)
 @click.option("--once", is_flag=True, help="one round, then exit")
 @click.option(
     "--dry-run",
@@ -60,6 +73,8 @@ def agent(
     resync: float,
     kubelet_checkpoint: Path,
     no_kubelet_checkpoint: bool,
+    rdma: bool,
+    sysfs: Path,
     once: bool,
     dry_run: bool,
     verbose: bool,
@@ -91,10 +106,10 @@ def agent(
         node, interval, resync, None if no_kubelet_checkpoint else kubelet_checkpoint
     )
     try:
-        probe = NvmlProbe()
+        probe = NvmlProbe(sysfs)
     except ProbeError as exc:
         raise click.ClickException(str(exc)) from exc
-    observer = Observer(probe, options.checkpoint)
+    observer = Observer(probe, options.checkpoint, sysfs if rdma else None)
     try:
         if dry_run:
             inventory, checkpoints = observer.observe()
