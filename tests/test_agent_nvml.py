@@ -128,3 +128,15 @@ def test_kgpu_agent_once_writes_this_machines_gpus(tmp_path: Path) -> None:
     (condition,) = obj["status"]["conditions"]
     assert condition["status"] == "True"
     assert condition["message"].endswith(f"driver {inventory.driver}")
+
+
+def test_the_probe_watches_for_xids_and_an_idle_gpu_raises_none() -> None:
+    found = _probe()
+    if isinstance(found, ProbeError):
+        pytest.skip(f"no NVIDIA driver on this machine ({found}); run this on a GPU node")
+    with found:
+        events = found.xids(0.3)
+        again = found.xids(0.0)
+    if events is None:
+        pytest.skip("NVML here cannot report XID events (no GPU registered for them)")
+    assert events == [] and again == []

@@ -4,6 +4,7 @@ scheduler then reads, what is left alone, and how conflicts and failures are met
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from kgpu.agent.device_object import CHECKPOINT_ANNOTATION
+from kgpu.agent.probe import Xid
 from kgpu.agent.publish import DevicePublisher
 from kgpu.agent.run import Agent, AgentOptions, Observer
 from kgpu.kube.client import KubeClient, Timeouts
@@ -288,3 +290,67 @@ def test_the_loop_rides_out_a_failing_server_and_stops_when_told(
     assert not loop.is_alive()
     assert [d["health"] for d in _device(double)["spec"]["devices"]] == [True, False]
     assert f"Device {NODE} not written" in caplog.text and "again in" in caplog.text
+
+
+def test_a_critical_xid_makes_its_gpu_unhealthy_at_once_and_for_good(
+    double: KubeDouble, client: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kgpu.agent.run")
+    probe = hgx_h100(4)
+    probe.watchable = True
+    observer = Observer(probe, None, ignored_xids=frozenset({94}), now=lambda: "T")
+    # A long interval: only the XID can bring the next write this soon.
+    options = AgentOptions(NODE, interval=60.0, resync=600.0, checkpoint=None)
+    agent = Agent(observer, DevicePublisher(client, NODE), options)
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while double.get("devices", NODE) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # An application's own error, one the operator chose to ignore, then the GPU's.
+        probe.events += [Xid(2, 13), Xid(2, 94), Xid(2, 79)]
+        while time.monotonic() < deadline:
+            if not _device(double)["spec"]["devices"][2]["health"]:
+                break
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        loop.join(5)
+    assert not loop.is_alive()
+    assert [d["health"] for d in _device(double)["spec"]["devices"]] == [True, True, False, True]
+    (condition,) = _device(double)["status"]["conditions"]
+    assert condition["message"] == (
+        "GPU 2 (GPU-00000002-0000-0000-0000-000000000000): XID 79 (GPU has fallen off the bus) "
+        "at T; healthy again once the GPU is reset and the agent restarted"
+    )
+    gpu2 = "GPU 2 (GPU-00000002-0000-0000-0000-000000000000)"
+    assert f"{gpu2}: XID 13 (see NVIDIA's XID catalogue), not the GPU's fault" in caplog.text
+    assert f"{gpu2}: XID 94 (contained ECC error), not the GPU's fault" in caplog.text
+    assert f"{gpu2}: XID 79 (GPU has fallen off the bus)" in caplog.text
+    # It stays unhealthy though the GPU answers again.
+    assert agent.observer.observe()[0].gpus[2].problem.startswith("XID 79")
+
+
+def test_without_xid_reports_the_loop_still_rounds_every_interval(
+    double: KubeDouble, client: KubeClient
+) -> None:
+    probe = hgx_h100(2)  # xids() says it cannot watch: the pause is a plain wait
+    observer = Observer(probe, None)
+    assert observer.watch(5.0) is None
+    agent = Agent(observer, DevicePublisher(client, NODE), AgentOptions(NODE, 0.05, 600.0, None))
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while double.get("devices", NODE) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        probe.set_problem(0, "row remapping failed: GPU memory has uncorrectable errors")
+        while time.monotonic() < deadline and _device(double)["spec"]["devices"][0]["health"]:
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        loop.join(5)
+    assert [d["health"] for d in _device(double)["spec"]["devices"]] == [False, True]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pynvml
 
-from kgpu.agent.probe import GpuFacts, GpuUnreadable, NvLink, ProbeError
+from kgpu.agent.probe import GpuFacts, GpuUnreadable, NvLink, ProbeError, Xid
 from kgpu.agent.sysfs import numa_node, pcie_switch
 
 _MIB = 1 << 20
@@ -45,8 +45,13 @@ class NvmlProbe:
             raise ProbeError(_NO_DRIVER.format(why=exc)) from exc
         self._sysfs = sysfs
         self._handles: dict[int, Any] = {}
+        self._events: Any = None
+        self._watching: bool | None = None  # None: not tried yet
 
     def close(self) -> None:
+        if self._events is not None:
+            pynvml.nvmlEventSetFree(self._events)
+            self._events = None
         pynvml.nvmlShutdown()
 
     def __enter__(self) -> NvmlProbe:
@@ -165,3 +170,52 @@ class NvmlProbe:
         except pynvml.NVMLError:
             return int(pynvml.NVML_TOPOLOGY_SYSTEM)
         return int(level)
+
+    def _event_set(self) -> Any:
+        """NVML's event set with every GPU that can report critical XIDs registered; None
+        where none can (virtual GPUs, some drivers)."""
+        if self._watching is None:
+            self._watching = False
+            try:
+                events = pynvml.nvmlEventSetCreate()
+            except pynvml.NVMLError:
+                return None
+            registered = 0
+            for index in range(self.count()):
+                try:
+                    pynvml.nvmlDeviceRegisterEvents(
+                        self._handle(index), pynvml.nvmlEventTypeXidCriticalError, events
+                    )
+                    registered += 1
+                except (pynvml.NVMLError, GpuUnreadable):
+                    pass  # this GPU cannot report them; its health is still read each round
+            if registered:
+                self._events, self._watching = events, True
+            else:
+                pynvml.nvmlEventSetFree(events)
+        return self._events
+
+    def xids(self, timeout: float) -> list[Xid] | None:
+        events = self._event_set()
+        if events is None:
+            return None
+        found: list[Xid] = []
+        wait_ms = max(0, int(timeout * 1000))
+        while True:
+            try:
+                data = pynvml.nvmlEventSetWait_v2(events, wait_ms)
+            except pynvml.NVMLError as exc:
+                if exc.value == pynvml.NVML_ERROR_TIMEOUT:
+                    return found  # nothing (more) happened
+                # The event set itself failed: stop watching rather than fail again at once,
+                # round after round; each round still reads every GPU's health.
+                pynvml.nvmlEventSetFree(events)
+                self._events = None
+                return found or None
+            if data.eventType == pynvml.nvmlEventTypeXidCriticalError:
+                try:
+                    index = int(pynvml.nvmlDeviceGetIndex(data.device))
+                except pynvml.NVMLError:
+                    continue
+                found.append(Xid(index, int(data.eventData)))
+            wait_ms = 0  # take what else is queued, without waiting again

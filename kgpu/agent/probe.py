@@ -47,6 +47,14 @@ class NvLink:
     remote_is_switch: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Xid:
+    """A critical XID event: the driver's report of an error on GPU ``index``."""
+
+    index: int
+    code: int
+
+
 class GpuProbe(Protocol):
     """A GPU library, opened. Indexes run over ``range(count())``."""
 
@@ -68,6 +76,11 @@ class GpuProbe(Protocol):
 
     def ancestor(self, a: int, b: int) -> int:
         """The topology level of the closest common ancestor (a key of ANCESTOR_KINDS)."""
+        ...
+
+    def xids(self, timeout: float) -> list[Xid] | None:
+        """Critical XID events, waiting up to ``timeout`` seconds for the first; None where
+        the library cannot report them (then it does not wait)."""
         ...
 
     def close(self) -> None: ...

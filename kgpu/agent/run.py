@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from kgpu.agent.inventory import Inventory, discover
 from kgpu.agent.kubelet import DEFAULT_CHECKPOINT, CheckpointError, read_checkpoint
@@ -24,6 +24,7 @@ from kgpu.agent.publish import DevicePublisher
 from kgpu.agent.sysfs import rdma_devices
 from kgpu.kube.backoff import Backoff
 from kgpu.kube.errors import KubeError
+from kgpu.kube.events import now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +37,86 @@ class AgentOptions:
     checkpoint: Path | None = DEFAULT_CHECKPOINT  # None: leave the checkpoint annotation alone
 
 
+# XIDs that report an application's error, not the GPU's: NVIDIA's device plugin leaves
+# a GPU healthy on these (graphics engine exception, memory page fault, GPU stopped
+# processing, preemptive cleanup, NVDEC exception, context switch timeout).
+APPLICATION_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
+XID_MEANINGS: Final = {
+    48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
 class Observer:
     """Reads the GPUs and the kubelet's checkpoint; keeps the last inventory, so a GPU that
-    stops answering is reported with its last known facts."""
+    stops answering is reported with its last known facts, and the critical XIDs seen, so
+    a GPU that raised one stays unhealthy until the agent restarts (after the GPU's reset),
+    as NVIDIA's device plugin keeps it."""
 
-    def __init__(self, probe: GpuProbe, checkpoint: Path | None, sysfs: Path | None = None) -> None:
+    def __init__(
+        self,
+        probe: GpuProbe,
+        checkpoint: Path | None,
+        sysfs: Path | None = None,
+        ignored_xids: frozenset[int] = frozenset(),
+        now: Callable[[], str] = now_rfc3339,
+    ) -> None:
         self.probe = probe
         self.checkpoint = checkpoint
         self.sysfs = sysfs  # where RDMA devices are looked for; None: not looked for
+        self.ignored_xids = APPLICATION_XIDS | ignored_xids
         self.inventory: Inventory | None = None
+        self.xid_problems: dict[int, str] = {}  # by the probe's GPU index
         self._checkpoint_problem = ""
+        self._now = now
+
+    def watch(self, timeout: float) -> bool | None:
+        """Waits up to ``timeout`` seconds for critical XIDs: True if one made a GPU
+        unhealthy, None where the probe cannot report them (and did not wait)."""
+        events = self.probe.xids(timeout)
+        if events is None:
+            return None
+        changed = False
+        for event in events:
+            meaning = XID_MEANINGS.get(event.code, "see NVIDIA's XID catalogue")
+            gpu = self._name(event.index)
+            if event.code in self.ignored_xids:
+                log.info("%s: XID %d (%s), not the GPU's fault", gpu, event.code, meaning)
+                continue
+            log.warning("%s: XID %d (%s)", gpu, event.code, meaning)
+            if event.index not in self.xid_problems:
+                self.xid_problems[event.index] = (
+                    f"XID {event.code} ({meaning}) at {self._now()}; healthy again once the "
+                    "GPU is reset and the agent restarted"
+                )
+                changed = True
+        return changed
+
+    def _name(self, index: int) -> str:
+        for gpu in self.inventory.gpus if self.inventory else ():
+            if gpu.index == index:
+                return f"GPU {gpu.minor} ({gpu.uuid})"
+        return f"the GPU at NVML index {index}"
 
     def observe(self) -> tuple[Inventory, list[dict[str, Any]] | None]:
         """One discovery, and the checkpoint's entries (None where it is not read)."""
         found = discover(self.probe, self.inventory)
+        if self.xid_problems:
+            gpus = tuple(
+                dataclasses.replace(g, problem=self.xid_problems[g.index])
+                if g.index in self.xid_problems and not g.problem
+                else g
+                for g in found.gpus
+            )
+            found = dataclasses.replace(found, gpus=gpus)
         if self.sysfs is not None:
             rdma = rdma_devices(self.sysfs)
             found = dataclasses.replace(found, rdma=None if rdma is None else tuple(rdma))
@@ -113,4 +180,19 @@ class Agent:
             else:
                 backoff.reset()
                 wait = self.options.interval
-            stop.wait(wait)
+            self._pause(stop, wait)
+
+    def _pause(self, stop: threading.Event, seconds: float) -> None:
+        """Until the next round: watching for XIDs meanwhile, in steps short enough to see
+        ``stop``; a GPU an XID made unhealthy ends the pause, to be published at once."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            found = self.observer.watch(min(1.0, left))
+            if found is None:
+                stop.wait(left)
+                return
+            if found:
+                return

@@ -59,6 +59,13 @@ from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
     show_default=True,
     help="where the kernel's sysfs is mounted",
 )
+@click.option(
+    "--ignore-xid",
+    type=click.IntRange(0),
+    multiple=True,
+    help="an XID that leaves a GPU healthy, besides the application errors (13, 31, 43, "
+    "45, 68, 109); repeatable",
+)
 @click.option("--once", is_flag=True, help="one round, then exit")
 @click.option(
     "--dry-run",
@@ -75,6 +82,7 @@ def agent(
     no_kubelet_checkpoint: bool,
     rdma: bool,
     sysfs: Path,
+    ignore_xid: tuple[int, ...],
     once: bool,
     dry_run: bool,
     verbose: bool,
@@ -109,7 +117,7 @@ def agent(
         probe = NvmlProbe(sysfs)
     except ProbeError as exc:
         raise click.ClickException(str(exc)) from exc
-    observer = Observer(probe, options.checkpoint, sysfs if rdma else None)
+    observer = Observer(probe, options.checkpoint, sysfs if rdma else None, frozenset(ignore_xid))
     try:
         if dry_run:
             inventory, checkpoints = observer.observe()
