@@ -354,3 +354,19 @@ def test_without_xid_reports_the_loop_still_rounds_every_interval(
         stop.set()
         loop.join(5)
     assert [d["health"] for d in _device(double)["spec"]["devices"]] == [False, True]
+
+
+def test_an_unhealthy_gpu_is_logged_once_not_every_round(caplog: pytest.LogCaptureFixture) -> None:
+    probe = hgx_h100(2)
+    observer = Observer(probe, None)
+    probe.set_problem(1, "row remapping failed: GPU memory has uncorrectable errors")
+    for _ in range(3):
+        observer.observe()
+    probe.lost[1] = "GPU is lost"
+    for _ in range(2):
+        observer.observe()
+    warnings = [r.getMessage() for r in caplog.records if "is unhealthy" in r.getMessage()]
+    assert [w.split(": ", 1)[1] for w in warnings] == [
+        "row remapping failed: GPU memory has uncorrectable errors",
+        "NVML cannot read GPU 1: GPU is lost",
+    ]

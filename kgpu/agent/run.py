@@ -120,10 +120,12 @@ class Observer:
         if self.sysfs is not None:
             rdma = rdma_devices(self.sysfs)
             found = dataclasses.replace(found, rdma=None if rdma is None else tuple(rdma))
+        known = {(g.uuid, g.problem) for g in self.inventory.unhealthy} if self.inventory else set()
+        for gpu in found.unhealthy:
+            if (gpu.uuid, gpu.problem) not in known:  # once, not every round
+                log.warning("GPU %d (%s) is unhealthy: %s", gpu.minor, gpu.uuid, gpu.problem)
         self.inventory = found
-        for gpu in self.inventory.unhealthy:
-            log.warning("GPU %d (%s) is unhealthy: %s", gpu.minor, gpu.uuid, gpu.problem)
-        return self.inventory, self._checkpoints()
+        return found, self._checkpoints()
 
     def _checkpoints(self) -> list[dict[str, Any]] | None:
         if self.checkpoint is None:
