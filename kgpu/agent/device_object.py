@@ -1,8 +1,9 @@
 """The ``Device`` resource the agent wants for its node, worked out from an inventory.
 
-The agent owns the ``gpu`` entries of ``spec.devices``, the ``kgpu.io/gpu-topology``
-annotation and, when it reads the kubelet's checkpoint, ``kgpu.io/devices-checkpoints``;
-everything else on the object (RDMA and FPGA entries an operator or another agent wrote,
+The agent owns the ``gpu`` entries of ``spec.devices``, the ``rdma`` entries where the node
+has an RDMA stack for it to read, the ``kgpu.io/gpu-topology`` annotation and, when it
+reads the kubelet's checkpoint, ``kgpu.io/devices-checkpoints``; everything else on the
+object (FPGA entries, RDMA entries an operator listed on a node without an RDMA stack,
 other annotations and labels) is kept as it is. Its status holds one condition,
 ``GpusHealthy``, whose message names each unhealthy GPU and why.
 """
