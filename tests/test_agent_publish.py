@@ -19,7 +19,7 @@ from kgpu.agent.publish import DevicePublisher
 from kgpu.agent.run import Agent, AgentOptions, Observer
 from kgpu.kube.client import KubeClient, Timeouts
 from kgpu.kube.device_cr import TOPOLOGY_ANNOTATION, devices_from_k8s
-from kgpu.kube.errors import Conflict, Unavailable
+from kgpu.kube.errors import Conflict, NotFound, Unavailable
 from tests.gpu_probes import TableProbe, hgx_h100
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj
@@ -370,3 +370,20 @@ def test_an_unhealthy_gpu_is_logged_once_not_every_round(caplog: pytest.LogCaptu
         "row remapping failed: GPU memory has uncorrectable errors",
         "NVML cannot read GPU 1: GPU is lost",
     ]
+
+
+def test_without_the_crd_the_error_says_to_install_it(tmp_path: Path) -> None:
+    with KubeDouble(crds=False) as bare:
+        bare.put(node_obj(NODE, gpus=1))
+        c = KubeClient.from_kubeconfig(bare.kubeconfig(tmp_path))
+        try:
+            with pytest.raises(NotFound) as caught:
+                _agent(c, hgx_h100(1)).round()
+        finally:
+            c.close()
+    assert str(caught.value).startswith(
+        f"Device {NODE} cannot be created: the API server has no kgpu.io/v1alpha1 devices ("
+    )
+    assert str(caught.value).endswith(
+        "install the CRDs with `kgpu manifests --crds-only | kubectl apply -f -`"
+    )

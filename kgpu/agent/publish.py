@@ -29,7 +29,6 @@ class DevicePublisher:
         self.node = node
         self._now = now
         self._owner: dict[str, Any] | None = None
-        self.writes = 0  # objects and statuses written, for the log and the tests
 
     def publish(self, inventory: Inventory, checkpoints: list[dict[str, Any]] | None) -> bool:
         """Brings the Device up to date; True if anything was written."""
@@ -50,7 +49,17 @@ class DevicePublisher:
         want = desired(self.node, inventory, checkpoints, current, self._node_owner())
         wrote = False
         if current is None:
-            stored = self.client.create(DEVICES, want)
+            try:
+                stored = self.client.create(DEVICES, want)
+            except NotFound as exc:
+                # Not the object: its type. The GET's 404 could not tell the two apart.
+                raise NotFound(
+                    f"Device {self.node} cannot be created: the API server has no "
+                    f"{DEVICES.api_version} {DEVICES.plural} ({exc}); install the CRDs with "
+                    "`kgpu manifests --crds-only | kubectl apply -f -`",
+                    exc.status,
+                    exc.reason,
+                ) from exc
             wrote = True
         elif want != without_status(current):
             stored = self.client.replace(DEVICES, self.node, want)
@@ -62,7 +71,6 @@ class DevicePublisher:
             patch = {"metadata": {"resourceVersion": resource_version(stored)}, "status": status}
             self.client.patch(DEVICES, self.node, patch, subresource="status")
             wrote = True
-        self.writes += wrote
         return wrote
 
     def _node_owner(self) -> dict[str, Any] | None:
