@@ -20,6 +20,7 @@ from kgpu.agent.run import Agent, AgentOptions, Observer
 from kgpu.kube.client import KubeClient, Timeouts
 from kgpu.kube.device_cr import TOPOLOGY_ANNOTATION, devices_from_k8s
 from kgpu.kube.errors import Conflict, NotFound, Unavailable
+from kgpu.kube.events import EventRecorder
 from tests.gpu_probes import TableProbe, hgx_h100
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj
@@ -387,3 +388,39 @@ def test_without_the_crd_the_error_says_to_install_it(tmp_path: Path) -> None:
     assert str(caught.value).endswith(
         "install the CRDs with `kgpu manifests --crds-only | kubectl apply -f -`"
     )
+
+
+def test_a_gpu_turning_unhealthy_and_back_is_told_on_the_node(
+    double: KubeDouble, client: KubeClient
+) -> None:
+    events = EventRecorder(client, component="kgpu-agent", instance=NODE, workers=1).start()
+    probe = hgx_h100(2)
+    options = AgentOptions(NODE, interval=0.1, resync=60.0, checkpoint=None)
+    agent = Agent(Observer(probe, None), DevicePublisher(client, NODE), options, events=events)
+    try:
+        agent.round()  # all healthy: nothing to tell
+        probe.set_problem(1, "row remapping failed: GPU memory has uncorrectable errors")
+        agent.round()
+        agent.round()  # the same problem: told once
+        probe.set_problem(1, "")
+        agent.round()
+    finally:
+        events.stop()
+    node = double.get("nodes", NODE)
+    assert node is not None
+    told = [
+        (e["type"], e["reason"], e["message"], e["involvedObject"])
+        for e in double.objects("events")
+    ]
+    gpu = "GPU 1 (GPU-00000001-0000-0000-0000-000000000000)"
+    involved = {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"]}
+    assert told == [
+        (
+            "Warning",
+            "GPUUnhealthy",
+            f"{gpu}: row remapping failed: GPU memory has uncorrectable errors",
+            involved,
+        ),
+        ("Normal", "GPUHealthy", f"{gpu} is healthy again", involved),
+    ]
+    assert {e["source"]["component"] for e in double.objects("events")} == {"kgpu-agent"}

@@ -19,7 +19,8 @@ from kgpu.agent.run import Agent, AgentOptions, Observer
 from kgpu.kube.client import KubeClient
 from kgpu.kube.device_cr import devices_from_k8s
 from kgpu.kube.errors import KubeError
-from kgpu.kube.resources import DEVICES
+from kgpu.kube.events import EventRecorder
+from kgpu.kube.resources import DEVICES, EVENTS
 from tests.gpu_probes import hgx_h100
 from tests.kube_objects import allocation_of, node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
@@ -39,9 +40,23 @@ def test_the_agents_device_keeps_kgpu_run_off_a_failed_gpu(
     probe = hgx_h100(2)
     probe.set_problem(0, "row remapping failed: GPU memory has uncorrectable errors")
     options = AgentOptions(node, checkpoint=None)
-    agent = Agent(Observer(probe, None), DevicePublisher(client, node), options)
+    events = EventRecorder(client, component="kgpu-agent", instance=node, workers=1).start()
+    agent = Agent(Observer(probe, None), DevicePublisher(client, node), options, events=events)
     try:
         assert agent.round() is True
+        events.stop()
+        # What `kubectl describe node` lists: events in "default" about the Node.
+        told = [
+            e
+            for e in client.list(EVENTS, namespace="default").items
+            if e["involvedObject"].get("name") == node
+        ]
+        assert [(e["type"], e["reason"], e["involvedObject"]["kind"]) for e in told] == [
+            ("Warning", "GPUUnhealthy", "Node")
+        ]
+        assert told[0]["message"].endswith(
+            ": row remapping failed: GPU memory has uncorrectable errors"
+        )
         stored = client.get(DEVICES, node)
         assert stored["metadata"]["ownerReferences"][0]["name"] == node
         (condition,) = stored["status"]["conditions"]

@@ -287,7 +287,7 @@ def test_the_webhook_may_list_nodes_and_nothing_else(install: list[Obj]) -> None
     assert webhook.get("automountServiceAccountToken", True) is True
 
 
-def test_the_agent_may_write_devices_and_read_its_node_and_nothing_else(
+def test_the_agent_may_write_devices_read_its_node_and_tell_events_and_nothing_else(
     install: list[Obj],
 ) -> None:
     [_, role, _] = by_kind(install, "ClusterRole")
@@ -296,6 +296,7 @@ def test_the_agent_may_write_devices_and_read_its_node_and_nothing_else(
         {"apiGroups": ["kgpu.io"], "resources": ["devices"], "verbs": ["get", "create", "update"]},
         {"apiGroups": ["kgpu.io"], "resources": ["devices/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
     [_, binding, _] = by_kind(install, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == "kgpu-scheduler-agent"

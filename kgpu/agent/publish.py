@@ -73,6 +73,15 @@ class DevicePublisher:
             wrote = True
         return wrote
 
+    def node_ref(self) -> dict[str, Any]:
+        """The Node, as an Event's involved object."""
+        owner = self._node_owner() or {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.node, "uid": owner.get("uid", "")},
+        }
+
     def _node_owner(self) -> dict[str, Any] | None:
         # Read once: a Node's uid never changes, and a Device is only created once.
         if self._owner is None:

@@ -24,7 +24,7 @@ from kgpu.agent.publish import DevicePublisher
 from kgpu.agent.sysfs import rdma_devices
 from kgpu.kube.backoff import Backoff
 from kgpu.kube.errors import KubeError
-from kgpu.kube.events import now_rfc3339
+from kgpu.kube.events import EventRecorder, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -143,16 +143,22 @@ class Observer:
 
 
 class Agent:
+    """Rounds of observe-and-publish. With ``events``, a GPU that turns unhealthy (or
+    healthy again) is also told as an Event on the Node, where ``kubectl describe node``
+    shows it."""
+
     def __init__(
         self,
         observer: Observer,
         publisher: DevicePublisher,
         options: AgentOptions,
         clock: Callable[[], float] = time.monotonic,
+        events: EventRecorder | None = None,
     ) -> None:
         self.observer = observer
         self.publisher = publisher
         self.options = options
+        self.events = events
         self._clock = clock
         self._published: tuple[Inventory, Any] | None = None
         self._synced_at = 0.0
@@ -164,10 +170,25 @@ class Agent:
         if seen == self._published and not due:
             return False
         wrote = self.publisher.publish(*seen)
+        before = self._published[0] if self._published else None
         self._published, self._synced_at = seen, self._clock()
         if wrote:
             log.info("Device %s written: %d GPUs", self.options.node, len(seen[0].gpus))
+        self._tell(before, seen[0])
         return wrote
+
+    def _tell(self, before: Inventory | None, after: Inventory) -> None:
+        if self.events is None:
+            return
+        was = {g.uuid: g.problem for g in before.gpus} if before else {}
+        node = self.publisher.node_ref()
+        for gpu in after.gpus:
+            old = was.get(gpu.uuid, "")
+            name = f"GPU {gpu.minor} ({gpu.uuid})"
+            if gpu.problem and gpu.problem != old:
+                self.events.emit(node, "Warning", "GPUUnhealthy", f"{name}: {gpu.problem}")
+            elif old and not gpu.problem:
+                self.events.emit(node, "Normal", "GPUHealthy", f"{name} is healthy again")
 
     def run(self, stop: threading.Event) -> None:
         backoff = Backoff(initial=1.0, maximum=max(1.0, self.options.interval))

@@ -103,7 +103,7 @@ def agent(
     from kgpu.agent.run import Agent, AgentOptions, Observer
     from kgpu.kube.client import KubeClient
     from kgpu.kube.errors import KubeError
-    from kgpu.kube.events import now_rfc3339
+    from kgpu.kube.events import EventRecorder, now_rfc3339
 
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -126,16 +126,20 @@ def agent(
             click.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
             return
         client = KubeClient.from_kubeconfig(kubeconfig, user_agent=f"kgpu-agent/{os.getpid()}")
-        runner = Agent(observer, DevicePublisher(client, node), options)
-        if once:
-            runner.round()
-            count = len(observer.inventory.gpus) if observer.inventory else 0
-            click.echo(f"Device {node}: {count} GPUs reported")
-            return
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        runner.run(stop)
+        events = EventRecorder(client, component="kgpu-agent", instance=node, workers=1).start()
+        runner = Agent(observer, DevicePublisher(client, node), options, events=events)
+        try:
+            if once:
+                runner.round()
+                count = len(observer.inventory.gpus) if observer.inventory else 0
+                click.echo(f"Device {node}: {count} GPUs reported")
+                return
+            stop = threading.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+            runner.run(stop)
+        finally:
+            events.stop()
     except (KubeError, ProbeError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:

@@ -33,11 +33,12 @@ def agent_args() -> list[str]:
 
 def agent_rules() -> list[Obj]:
     """Only what ``kgpu agent`` does: read its Device, create it, replace it, patch its
-    status; read its Node for the owner reference."""
+    status; read its Node for the owner reference; tell a GPU's health as an Event."""
     return [
         rbac_rule([GROUP], ["devices"], ["get", "create", "update"]),
         rbac_rule([GROUP], ["devices/status"], ["patch"]),
         rbac_rule([""], ["nodes"], ["get"]),
+        rbac_rule([""], ["events"], ["create"]),
     ]
 
 
