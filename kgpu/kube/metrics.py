@@ -1,4 +1,4 @@
-"""Prometheus metrics of the live scheduler, and the HTTP endpoint that serves them.
+"""Prometheus metrics of the live scheduler (served by :mod:`kgpu.kube.health_server`).
 
 ``/metrics``: Prometheus text format. ``/healthz``: 200 while the process serves.
 ``/readyz``: 200 once every informer has synced and, with leader election, once the first
@@ -18,13 +18,9 @@ two to check leader election).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kgpu.kube.queue_status import QueueFigures
 from kgpu.model.resources import MEMORY, MILLI
@@ -144,64 +140,3 @@ def _base_units(resource: str, amount: int) -> float:
     if resource == MEMORY:
         return float(amount * MIB)
     return amount / MILLI  # milli-cores and milli-GPUs
-
-
-class HealthServer:
-    """/metrics, /healthz and /readyz on ``port`` (0: any free port; see ``port`` after)."""
-
-    def __init__(
-        self,
-        metrics: SchedulerMetrics,
-        ready: Callable[[], list[str]],
-        *,
-        host: str = "0.0.0.0",
-        port: int = 10251,
-    ) -> None:
-        handler = _handler(metrics, ready)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="metrics-http", daemon=True
-        )
-
-    def start(self) -> HealthServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-def _handler(
-    metrics: SchedulerMetrics, ready: Callable[[], list[str]]
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._answer(200, metrics.render(), CONTENT_TYPE_LATEST)
-            elif path in ("/healthz", "/livez"):
-                self._answer(200, b"ok")
-            elif path == "/readyz":
-                missing = ready()
-                if missing:
-                    text = "not ready: " + ", ".join(missing)
-                    self._answer(503, text.encode())
-                else:
-                    self._answer(200, b"ok")
-            else:
-                self._answer(404, b"not found")
-
-        def _answer(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # probes every few seconds would drown the scheduler's own log
-
-    return Handler

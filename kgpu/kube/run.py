@@ -26,10 +26,11 @@ from kgpu.kube.autoscaler import AutoscaleMetrics, AutoscaleOptions, Autoscaler,
 from kgpu.kube.client import KubeClient, Timeouts, load_configuration
 from kgpu.kube.errors import Conflict, KubeError, NotFound
 from kgpu.kube.events import EventRecorder
+from kgpu.kube.health_server import HealthServer
 from kgpu.kube.informer import Informer
 from kgpu.kube.leader import LeaderElector, LeaseTiming
 from kgpu.kube.loop import LoopConfig, SchedulerLoop
-from kgpu.kube.metrics import HealthServer, SchedulerMetrics
+from kgpu.kube.metrics import SchedulerMetrics
 from kgpu.kube.nodeclaims import NODECLAIMS
 from kgpu.kube.resources import (
     CUSTOM_RESOURCES,
@@ -167,7 +168,10 @@ class RunningScheduler:
         self.server: HealthServer | None = None
         if options.metrics_port is not None:
             self.server = HealthServer(
-                self.metrics, self.not_ready, host=options.metrics_host, port=options.metrics_port
+                self.metrics.render,
+                self.not_ready,
+                host=options.metrics_host,
+                port=options.metrics_port,
             )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.loop.run, args=(self._stop,), name="loop")
