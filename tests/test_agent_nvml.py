@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ from kgpu.cli import main
 from kgpu.kube.device_cr import devices_from_k8s
 from tests.crd_schemas import errors
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj
+from tests.kube_objects import node_obj, wait_until
 
 _QUERY = "index,uuid,name,memory.total,pci.bus_id,driver_version"
 
@@ -140,3 +142,45 @@ def test_the_probe_watches_for_xids_and_an_idle_gpu_raises_none() -> None:
     if events is None:
         pytest.skip("NVML here cannot report XID events (no GPU registered for them)")
     assert events == [] and again == []
+
+
+def test_kgpu_agent_serves_its_probes_and_stops_on_sigterm(tmp_path: Path) -> None:
+    found = _probe()
+    if isinstance(found, ProbeError):
+        pytest.skip(f"no NVIDIA driver on this machine ({found}); run this on a GPU node")
+    found.close()
+    log = tmp_path / "agent.log"
+    with KubeDouble(crds=True) as double:
+        double.put(node_obj("this-node", gpus=1))
+        command = [sys.executable, "-m", "kgpu.cli", "agent", "--node", "this-node"]
+        command += ["--kubeconfig", double.kubeconfig(tmp_path), "--no-kubelet-checkpoint"]
+        command += ["--metrics-port", "0", "--interval", "0.5"]
+        with log.open("wb") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            ports: list[int] = []
+
+            def serving() -> bool:
+                match = re.search(r"metrics on port (\d+)", log.read_text())
+                ports.extend([int(match.group(1))] if match else [])
+                return bool(ports) and double.get("devices", "this-node") is not None
+
+            wait_until(serving, timeout=60)
+            base = f"http://127.0.0.1:{ports[0]}"
+            wait_until(lambda: _fetch(base + "/readyz") == "ok", timeout=30)
+            assert _fetch(base + "/healthz") == "ok"
+            metrics = _fetch(base + "/metrics")
+            assert 'kgpu_agent_gpus{health="unhealthy"} 0.0' in metrics
+            assert 'kgpu_agent_rounds_total{result="written"} 1.0' in metrics
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+    assert process.returncode == 0, log.read_text()
+
+
+def _fetch(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return str(answer.read().decode())
+    except OSError:
+        return ""

@@ -331,6 +331,15 @@ def test_the_agent_runs_on_every_gpu_node_with_nvml_and_the_kubelet_checkpoint(
     assert container["args"][0] == "agent"
     params = main.commands["agent"].make_context("agent", container["args"][1:]).params
     assert params["interval"] == 10.0
+    assert container["ports"] == [{"name": "metrics", "containerPort": 10261, "protocol": "TCP"}]
+    assert params["metrics_port"] == 10261
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": "metrics",
+        "scheme": "HTTP",
+    }
+    annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == "10261"
     assert params["kubelet_checkpoint"] == DEFAULT_CHECKPOINT
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from kgpu.agent.health import AgentMetrics
 from kgpu.agent.inventory import Inventory, discover
 from kgpu.agent.kubelet import DEFAULT_CHECKPOINT, CheckpointError, read_checkpoint
 from kgpu.agent.probe import GpuProbe, ProbeError
@@ -68,8 +69,10 @@ class Observer:
         sysfs: Path | None = None,
         ignored_xids: frozenset[int] = frozenset(),
         now: Callable[[], str] = now_rfc3339,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         self.probe = probe
+        self.metrics = metrics
         self.checkpoint = checkpoint
         self.sysfs = sysfs  # where RDMA devices are looked for; None: not looked for
         self.ignored_xids = APPLICATION_XIDS | ignored_xids
@@ -88,7 +91,10 @@ class Observer:
         for event in events:
             meaning = XID_MEANINGS.get(event.code, "see NVIDIA's XID catalogue")
             gpu = self._name(event.index)
-            if event.code in self.ignored_xids:
+            fatal = event.code not in self.ignored_xids
+            if self.metrics is not None:
+                self.metrics.xid(event.code, fatal)
+            if not fatal:
                 log.info("%s: XID %d (%s), not the GPU's fault", gpu, event.code, meaning)
                 continue
             log.warning("%s: XID %d (%s)", gpu, event.code, meaning)
@@ -154,8 +160,10 @@ class Agent:
         options: AgentOptions,
         clock: Callable[[], float] = time.monotonic,
         events: EventRecorder | None = None,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         self.observer = observer
+        self.metrics = metrics
         self.publisher = publisher
         self.options = options
         self.events = events
@@ -168,14 +176,24 @@ class Agent:
         seen = self.observer.observe()
         due = self._clock() - self._synced_at >= self.options.resync
         if seen == self._published and not due:
+            self._count("unchanged", seen[0])
             return False
-        wrote = self.publisher.publish(*seen)
+        try:
+            wrote = self.publisher.publish(*seen)
+        except KubeError:
+            self._count("failed", seen[0])
+            raise
+        self._count("written" if wrote else "unchanged", seen[0])
         before = self._published[0] if self._published else None
         self._published, self._synced_at = seen, self._clock()
         if wrote:
             log.info("Device %s written: %d GPUs", self.options.node, len(seen[0].gpus))
         self._tell(before, seen[0])
         return wrote
+
+    def _count(self, result: str, inventory: Inventory | None) -> None:
+        if self.metrics is not None:
+            self.metrics.round_done(result, inventory)
 
     def _tell(self, before: Inventory | None, after: Inventory) -> None:
         if self.events is None:
@@ -196,6 +214,8 @@ class Agent:
             try:
                 self.round()
             except (KubeError, ProbeError) as exc:
+                if isinstance(exc, ProbeError):
+                    self._count("failed", None)
                 wait = backoff.next()
                 log.warning(
                     "Device %s not written (%s); again in %.1fs", self.options.node, exc, wait

@@ -66,6 +66,13 @@ from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
     help="an XID that leaves a GPU healthy, besides the application errors (13, 31, 43, "
     "45, 68, 109); repeatable",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=10261,
+    show_default=True,
+    help="port of /metrics, /healthz (503 once rounds stop ending) and /readyz (0: any free port)",
+)
 @click.option("--once", is_flag=True, help="one round, then exit")
 @click.option(
     "--dry-run",
@@ -83,6 +90,7 @@ def agent(
     rdma: bool,
     sysfs: Path,
     ignore_xid: tuple[int, ...],
+    metrics_port: int,
     once: bool,
     dry_run: bool,
     verbose: bool,
@@ -97,6 +105,7 @@ def agent(
     import yaml
 
     from kgpu.agent.device_object import desired, health_status
+    from kgpu.agent.health import AgentMetrics
     from kgpu.agent.nvml import NvmlProbe
     from kgpu.agent.probe import ProbeError
     from kgpu.agent.publish import DevicePublisher
@@ -104,6 +113,7 @@ def agent(
     from kgpu.kube.client import KubeClient
     from kgpu.kube.errors import KubeError
     from kgpu.kube.events import EventRecorder, now_rfc3339
+    from kgpu.kube.health_server import HealthServer
 
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -117,7 +127,16 @@ def agent(
         probe = NvmlProbe(sysfs)
     except ProbeError as exc:
         raise click.ClickException(str(exc)) from exc
-    observer = Observer(probe, options.checkpoint, sysfs if rdma else None, frozenset(ignore_xid))
+    # A round may take a while when the API server is slow (each call has its own bound);
+    # one that never ends is a hang, which a restart mends.
+    metrics = AgentMetrics(stall_after=max(300.0, 3 * interval))
+    observer = Observer(
+        probe,
+        options.checkpoint,
+        sysfs if rdma else None,
+        frozenset(ignore_xid),
+        metrics=metrics,
+    )
     try:
         if dry_run:
             inventory, checkpoints = observer.observe()
@@ -127,17 +146,27 @@ def agent(
             return
         client = KubeClient.from_kubeconfig(kubeconfig, user_agent=f"kgpu-agent/{os.getpid()}")
         events = EventRecorder(client, component="kgpu-agent", instance=node, workers=1).start()
-        runner = Agent(observer, DevicePublisher(client, node), options, events=events)
+        publisher = DevicePublisher(client, node)
+        runner = Agent(observer, publisher, options, events=events, metrics=metrics)
         try:
             if once:
                 runner.round()
                 count = len(observer.inventory.gpus) if observer.inventory else 0
                 click.echo(f"Device {node}: {count} GPUs reported")
                 return
+            server = HealthServer(
+                metrics.render, metrics.ready, live=metrics.live, port=metrics_port
+            ).start()
+            logging.getLogger("kgpu.agent").info(
+                "kgpu agent for node %s: metrics on port %d", node, server.port
+            )
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
-            runner.run(stop)
+            try:
+                runner.run(stop)
+            finally:
+                server.stop()
         finally:
             events.stop()
     except (KubeError, ProbeError, OSError) as exc:

@@ -26,9 +26,12 @@ from kgpu.kube.render_parts import (
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
 
 
+AGENT_METRICS_PORT = 10261  # `kgpu agent`'s default
+
+
 def agent_args() -> list[str]:
     """The agent container's command line; the node comes from NODE_NAME."""
-    return ["agent", "--interval=10"]
+    return ["agent", "--interval=10", f"--metrics-port={AGENT_METRICS_PORT}"]
 
 
 def agent_rules() -> list[Obj]:
@@ -62,6 +65,14 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
         # Root, to read the kubelet's checkpoint (the kubelet writes it for root alone);
         # nothing else: no capabilities, no writes but to the API.
         "securityContext": container_security(),
+        "ports": [{"name": "metrics", "containerPort": AGENT_METRICS_PORT, "protocol": "TCP"}],
+        # 503 once no round has ended for 300 s: an NVML call hung on a GPU in a bad state.
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics", "scheme": "HTTP"},
+            "periodSeconds": 30,
+            "failureThreshold": 3,
+            "timeoutSeconds": 2,
+        },
         "volumeMounts": [
             {"name": "device-plugins", "mountPath": DEVICE_PLUGINS_DIR, "readOnly": True}
         ],
@@ -90,7 +101,17 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
                     "type": "RollingUpdate",
                     "rollingUpdate": {"maxUnavailable": "10%"},
                 },
-                "template": {"metadata": {"labels": labels}, "spec": pod},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {
+                            "prometheus.io/scrape": "true",
+                            "prometheus.io/port": str(AGENT_METRICS_PORT),
+                            "prometheus.io/path": "/metrics",
+                        },
+                    },
+                    "spec": pod,
+                },
             },
         },
     ]
