@@ -3,10 +3,10 @@ scheduler then reads, what is left alone, and how conflicts and failures are met
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from kgpu.kube.errors import Conflict, NotFound, Unavailable
 from kgpu.kube.events import EventRecorder
 from tests.gpu_probes import TableProbe, hgx_h100
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj
+from tests.kube_objects import node_obj, wait_until
 
 NODE = "gpu-node-1"
 DEVICE_PATH = f"/apis/kgpu.io/v1alpha1/devices/{NODE}"
@@ -72,6 +72,28 @@ def _device(double: KubeDouble) -> dict[str, Any]:
 
 def _writes(double: KubeDouble) -> list[str]:
     return [f"{r.method} {r.path}" for r in double.requests if r.method != "GET"]
+
+
+@contextlib.contextmanager
+def running(agent: Agent) -> Iterator[None]:
+    """``agent.run`` on a thread for the ``with`` block; stopped, and seen to stop, after."""
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,))
+    loop.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        loop.join(5)
+    assert not loop.is_alive()
+
+
+def _health_becomes(double: KubeDouble, health: list[bool]) -> None:
+    def reported() -> bool:
+        obj = double.get("devices", NODE)
+        return obj is not None and [d["health"] for d in obj["spec"]["devices"]] == health
+
+    wait_until(reported, timeout=10, every=0.02)
 
 
 def test_the_first_round_creates_the_device_the_scheduler_reads(
@@ -272,24 +294,10 @@ def test_the_loop_rides_out_a_failing_server_and_stops_when_told(
     probe = hgx_h100(2)
     agent = _agent(client, probe)
     double.fail("GET", DEVICE_PATH + "$", 503, times=2)
-    stop = threading.Event()
-    loop = threading.Thread(target=agent.run, args=(stop,))
-    loop.start()
-    try:
-        deadline = time.monotonic() + 10
-        while double.get("devices", NODE) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with running(agent):
+        _health_becomes(double, [True, True])
         probe.set_problem(1, "row remapping failed: GPU memory has uncorrectable errors")
-        while time.monotonic() < deadline:
-            obj = double.get("devices", NODE)
-            if obj and obj["spec"]["devices"][1]["health"] is False:
-                break
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        loop.join(5)
-    assert not loop.is_alive()
-    assert [d["health"] for d in _device(double)["spec"]["devices"]] == [True, False]
+        _health_becomes(double, [True, False])
     assert f"Device {NODE} not written" in caplog.text and "again in" in caplog.text
 
 
@@ -303,24 +311,11 @@ def test_a_critical_xid_makes_its_gpu_unhealthy_at_once_and_for_good(
     # A long interval: only the XID can bring the next write this soon.
     options = AgentOptions(NODE, interval=60.0, resync=600.0, checkpoint=None)
     agent = Agent(observer, DevicePublisher(client, NODE), options)
-    stop = threading.Event()
-    loop = threading.Thread(target=agent.run, args=(stop,))
-    loop.start()
-    try:
-        deadline = time.monotonic() + 10
-        while double.get("devices", NODE) is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+    with running(agent):
+        _health_becomes(double, [True] * 4)
         # An application's own error, one the operator chose to ignore, then the GPU's.
         probe.events += [Xid(2, 13), Xid(2, 94), Xid(2, 79)]
-        while time.monotonic() < deadline:
-            if not _device(double)["spec"]["devices"][2]["health"]:
-                break
-            time.sleep(0.02)
-    finally:
-        stop.set()
-        loop.join(5)
-    assert not loop.is_alive()
-    assert [d["health"] for d in _device(double)["spec"]["devices"]] == [True, True, False, True]
+        _health_becomes(double, [True, True, False, True])
     (condition,) = _device(double)["status"]["conditions"]
     assert condition["message"] == (
         "GPU 2 (GPU-00000002-0000-0000-0000-000000000000): XID 79 (GPU has fallen off the bus) "
@@ -341,20 +336,10 @@ def test_without_xid_reports_the_loop_still_rounds_every_interval(
     observer = Observer(probe, None)
     assert observer.watch(5.0) is None
     agent = Agent(observer, DevicePublisher(client, NODE), AgentOptions(NODE, 0.05, 600.0, None))
-    stop = threading.Event()
-    loop = threading.Thread(target=agent.run, args=(stop,))
-    loop.start()
-    try:
-        deadline = time.monotonic() + 10
-        while double.get("devices", NODE) is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+    with running(agent):
+        _health_becomes(double, [True, True])
         probe.set_problem(0, "row remapping failed: GPU memory has uncorrectable errors")
-        while time.monotonic() < deadline and _device(double)["spec"]["devices"][0]["health"]:
-            time.sleep(0.02)
-    finally:
-        stop.set()
-        loop.join(5)
-    assert [d["health"] for d in _device(double)["spec"]["devices"]] == [False, True]
+        _health_becomes(double, [False, True])
 
 
 def test_an_unhealthy_gpu_is_logged_once_not_every_round(caplog: pytest.LogCaptureFixture) -> None:
