@@ -12,6 +12,8 @@ INSUFFICIENT_GPU = Reason("InsufficientGPU", "insufficient GPU")
 INSUFFICIENT_GPU_SHARE = Reason(
     "InsufficientGPUShare", "node(s) had no single GPU with enough free share"
 )
+# Short of GPUs only because their Device (the node agent) marks some unhealthy.
+GPU_UNHEALTHY = Reason("GPUUnhealthy", "node(s) had unhealthy GPUs the pod would need")
 NODE_SELECTOR_MISMATCH = Reason("NodeSelectorMismatch", "node(s) didn't match node selector")
 UNTOLERATED_TAINT = Reason("UntoleratedTaint", "node(s) had untolerated taint")
 NODE_UNSCHEDULABLE = Reason("NodeUnschedulable", "node(s) were unschedulable")

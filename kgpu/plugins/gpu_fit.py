@@ -107,7 +107,8 @@ _FEW_PLAIN = 2  # the plain path's arrays are few and cheap: Python wins on one 
 
 class GpuFit:
     """A node rejected for several reasons keeps the first: no GPU (or MPS, or MIG),
-    model, room."""
+    model, room. A node short of room only because its Device marks GPUs unhealthy (whole
+    GPUs: idle and unhealthy together would do; a share: any GPU is unhealthy) says so."""
 
     name = names.GPU_FIT
 
@@ -148,12 +149,17 @@ class GpuFit:
                 verdicts.reject(reasons.NO_MPS, ~np.any(usable, axis=1))
             fits, compute = gpu_fits(state, req, nodes)
             if req.is_shared:
-                verdicts.reject(reasons.INSUFFICIENT_GPU_SHARE, ~np.any(compute, axis=1))
+                no_share = ~np.any(compute, axis=1)
+                verdicts.reject(reasons.GPU_UNHEALTHY, no_share & (state.gpu_unhealthy[nodes] > 0))
+                verdicts.reject(reasons.INSUFFICIENT_GPU_SHARE, no_share)
                 verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, ~np.any(fits, axis=1))
             else:
                 short = fits.sum(axis=1) < req.count
-                enough_gpus = (state.gpu_idle_count[nodes] >= req.count) & short
+                idle = state.gpu_idle_count[nodes]
+                enough_gpus = (idle >= req.count) & short
                 verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, enough_gpus)
+                but_unhealthy = short & (idle + state.gpu_unhealthy[nodes] >= req.count)
+                verdicts.reject(reasons.GPU_UNHEALTHY, but_unhealthy)
                 verdicts.reject(reasons.INSUFFICIENT_GPU, short)
         if req.rdma:
             verdicts.reject(reasons.INSUFFICIENT_RDMA, state.rdma_free[nodes] < req.rdma)
@@ -199,6 +205,13 @@ class GpuFit:
         verdicts.reject(reasons.NO_GPU, no_gpu)
         if wrong_model is not None:
             verdicts.reject(reasons.GPU_MODEL_MISMATCH, wrong_model)
+        if state.gpu_unhealthy_total:  # only nodes with a Device can have any
+            bad_gpus = state.gpu_unhealthy[nodes]
+            if req.is_shared:
+                unhealthy = short & (bad_gpus > 0)
+            else:
+                unhealthy = short & (state.gpu_idle_count[nodes] + bad_gpus >= req.count)
+            verdicts.reject(reasons.GPU_UNHEALTHY, unhealthy)
         verdicts.reject(short_reason, short)
         if memory_short is not None:
             verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, memory_short)
@@ -212,9 +225,16 @@ def _why_not_plain(state: ClusterState, req: GpuRequest, node: int) -> Reason | 
     if req.models and not req.allows(state.nodes[node].gpu_model):
         return reasons.GPU_MODEL_MISMATCH
     if not req.is_shared:
-        return reasons.INSUFFICIENT_GPU if state.gpu_idle_count[node] < req.count else None
+        idle = state.gpu_idle_count[node]
+        if idle >= req.count:
+            return None
+        if idle + state.gpu_unhealthy[node] >= req.count:
+            return reasons.GPU_UNHEALTHY
+        return reasons.INSUFFICIENT_GPU
     if state.gpu_max_free[node] < req.milli:
-        return reasons.INSUFFICIENT_GPU_SHARE
+        return (
+            reasons.GPU_UNHEALTHY if state.gpu_unhealthy[node] else reasons.INSUFFICIENT_GPU_SHARE
+        )
     if state.odd_total and state.gpu_odd[node] and not any(row_fits(state, req, node)[0]):
         return reasons.INSUFFICIENT_GPU_MEMORY
     return None
@@ -238,12 +258,18 @@ def _why_not(state: ClusterState, req: GpuRequest, node: int) -> Reason | None:
             return reasons.NO_MPS
         if req.is_shared:
             if not any(compute):
+                if state.gpu_unhealthy[node]:
+                    return reasons.GPU_UNHEALTHY
                 return reasons.INSUFFICIENT_GPU_SHARE
             if not any(fits):
                 return reasons.INSUFFICIENT_GPU_MEMORY
         elif sum(fits) < req.count:
-            idle = state.gpu_idle_count[node] >= req.count
-            return reasons.INSUFFICIENT_GPU_MEMORY if idle else reasons.INSUFFICIENT_GPU
+            idle = state.gpu_idle_count[node]
+            if idle >= req.count:
+                return reasons.INSUFFICIENT_GPU_MEMORY
+            if idle + state.gpu_unhealthy[node] >= req.count:
+                return reasons.GPU_UNHEALTHY
+            return reasons.INSUFFICIENT_GPU
     if req.rdma and state.rdma_free[node] < req.rdma:
         return reasons.INSUFFICIENT_RDMA
     if req.fpga and state.fpga_free[node] < req.fpga:

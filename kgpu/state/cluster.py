@@ -87,6 +87,8 @@ class ClusterState:
         self.mig_profiles, self.mig_ids = tables.mig_profiles, tables.mig_ids
         self.mig_cap: IntArray = tables.mig_cap
         self.mig_free = self.mig_cap.copy()
+        self.gpu_unhealthy: IntArray = tables.unhealthy
+        self.gpu_unhealthy_total = int(self.gpu_unhealthy.sum())
         self.rdma_cap, self.fpga_cap = tables.rdma_cap, tables.fpga_cap
         self.rdma_free, self.fpga_free = self.rdma_cap.copy(), self.fpga_cap.copy()
         self._busy: dict[tuple[str, int], set[int]] = {}  # (kind, node) -> device slots held

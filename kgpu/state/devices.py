@@ -101,6 +101,8 @@ class DeviceTables:
         self.exists = np.arange(max_gpus)[None, :] < counts[:, None]
         memory = np.array([node.gpu_memory_mib for node in nodes], dtype=np.int64).reshape(n)
         self.memory_cap = np.where(self.exists, memory[:, None], 0)
+        # GPUs a Device marks unhealthy: they offer nothing, but a rejection can name them.
+        self.unhealthy = np.zeros(n, dtype=np.int64)
         for i, node in enumerate(nodes):
             if node.devices is None or not node.devices.gpus:
                 continue
@@ -110,6 +112,8 @@ class DeviceTables:
                 if dev.healthy:
                     self.exists[i, g] = True
                     self.memory_cap[i, g] = dev.memory_mib or node.gpu_memory_mib
+                elif g < node.gpu_count:
+                    self.unhealthy[i] += 1
         self.replicas = np.array([max(1, node.gpu_replicas) for node in nodes], dtype=np.int64)
         self.mig_profiles = sorted({p for node in nodes for p, _ in node.mig})
         self.mig_ids = {p: i for i, p in enumerate(self.mig_profiles)}
