@@ -10,7 +10,9 @@ ones a cluster has.
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,15 +26,31 @@ from kgpu.kube.resources import DEVICES, EVENTS
 from tests.gpu_probes import hgx_h100
 from tests.kube_objects import allocation_of, node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
-from tests.test_e2e_queues import crds  # noqa: F401
+from tests.test_e2e_webhook import api, crds  # noqa: F401
 
 pytestmark = pytest.mark.e2e
+
+
+def _table_row(kube: Any, path: str) -> list[Any]:
+    """The object as ``kubectl get`` shows it: the server's Table, its one row's cells."""
+    url = kube.configuration.host + path
+    headers = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}
+    kube.update_params_for_auth(headers, None, ["BearerToken"], url, "GET", None)
+    response = kube.call_api("GET", url, header_params=headers, _request_timeout=30)
+    response.read()
+    assert response.status == 200, response.data
+    table = json.loads(response.data)
+    names = [c["name"] for c in table["columnDefinitions"]]
+    assert names[:3] == ["Name", "Healthy", "Why"]
+    cells: list[Any] = table["rows"][0]["cells"]
+    return cells
 
 
 def test_the_agents_device_keeps_kgpu_run_off_a_failed_gpu(
     cluster: Cluster,  # noqa: F811
     client: KubeClient,  # noqa: F811
     crds: None,  # noqa: F811
+    api: Any,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     node = f"{cluster.scheduler}-n0"
@@ -63,6 +81,8 @@ def test_the_agents_device_keeps_kgpu_run_off_a_failed_gpu(
         assert (condition["status"], condition["reason"]) == ("False", "GpusUnhealthy")
         assert condition["message"].startswith("GPU 0 (GPU-00000000-")
         assert [d.healthy for d in devices_from_k8s(stored).gpus] == [False, True]
+        # `kubectl get devices` shows the node's GPU health (the CRD's printer columns).
+        assert _table_row(api, DEVICES.path(name=node))[1:3] == ["False", "GpusUnhealthy"]
         # What the server stored is what the agent wants: a resync writes nothing.
         assert agent.publisher.publish(*agent.observer.observe()) is False
 

@@ -366,7 +366,18 @@ def custom_resource_definitions() -> list[dict[str, Any]]:
                 ("Phase", "string", ".status.phase"),
             ],
         ),
-        _crd("Device", "devices", "Cluster", device_schema(), ["kdev"], []),
+        _crd(
+            "Device",
+            "devices",
+            "Cluster",
+            device_schema(),
+            ["kdev"],
+            # What the node agent last found: `kubectl get devices` lists the sick nodes.
+            [
+                ("Healthy", "string", '.status.conditions[?(@.type=="GpusHealthy")].status'),
+                ("Why", "string", '.status.conditions[?(@.type=="GpusHealthy")].reason'),
+            ],
+        ),
         _crd(
             "Workspace",
             "workspaces",
