@@ -3,97 +3,30 @@ scheduler then reads, what is left alone, and how conflicts and failures are met
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kgpu.agent.device_object import CHECKPOINT_ANNOTATION
-from kgpu.agent.probe import Xid
-from kgpu.agent.publish import DevicePublisher
-from kgpu.agent.run import Agent, AgentOptions, Observer
-from kgpu.kube.client import KubeClient, Timeouts
+from kgpu.kube.client import KubeClient
 from kgpu.kube.device_cr import TOPOLOGY_ANNOTATION, devices_from_k8s
 from kgpu.kube.errors import Conflict, NotFound, Unavailable
-from kgpu.kube.events import EventRecorder
-from tests.gpu_probes import TableProbe, hgx_h100
+from tests.agent_double import (
+    DEVICE_PATH,
+    NODE,
+    Clock,
+    client,
+    device_of,
+    double,
+    make_agent,
+    writes,
+)
+from tests.gpu_probes import hgx_h100
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj, wait_until
+from tests.kube_objects import node_obj
 
-NODE = "gpu-node-1"
-DEVICE_PATH = f"/apis/kgpu.io/v1alpha1/devices/{NODE}"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def double() -> Iterator[KubeDouble]:
-    with KubeDouble(crds=True) as d:
-        d.put(node_obj(NODE, gpus=4))
-        yield d
-
-
-@pytest.fixture
-def client(double: KubeDouble, tmp_path: Path) -> Iterator[KubeClient]:
-    c = KubeClient.from_kubeconfig(
-        double.kubeconfig(tmp_path), timeouts=Timeouts(connect=1, request=2, watch_grace=1)
-    )
-    yield c
-    c.close()
-
-
-def _agent(
-    client: KubeClient,
-    probe: TableProbe,
-    checkpoint: Path | None = None,
-    clock: Clock | None = None,
-) -> Agent:
-    options = AgentOptions(NODE, interval=0.1, resync=60.0, checkpoint=checkpoint)
-    publisher = DevicePublisher(client, NODE, now=lambda: "2026-11-22T10:00:00Z")
-    return Agent(Observer(probe, checkpoint), publisher, options, clock or Clock())
-
-
-def _device(double: KubeDouble) -> dict[str, Any]:
-    found = double.get("devices", NODE)
-    assert found is not None
-    return found
-
-
-def _writes(double: KubeDouble) -> list[str]:
-    return [f"{r.method} {r.path}" for r in double.requests if r.method != "GET"]
-
-
-@contextlib.contextmanager
-def running(agent: Agent) -> Iterator[None]:
-    """``agent.run`` on a thread for the ``with`` block; stopped, and seen to stop, after."""
-    stop = threading.Event()
-    loop = threading.Thread(target=agent.run, args=(stop,))
-    loop.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        loop.join(5)
-    assert not loop.is_alive()
-
-
-def _health_becomes(double: KubeDouble, health: list[bool]) -> None:
-    def reported() -> bool:
-        obj = double.get("devices", NODE)
-        return obj is not None and [d["health"] for d in obj["spec"]["devices"]] == health
-
-    wait_until(reported, timeout=10, every=0.02)
+__all__ = ["client", "double"]  # the fixtures this module uses, from tests.agent_double
 
 
 def test_the_first_round_creates_the_device_the_scheduler_reads(
@@ -104,9 +37,9 @@ def test_the_first_round_creates_the_device_the_scheduler_reads(
         {"PodUID": "u1", "ContainerName": "c", "ResourceName": "nvidia.com/gpu",
          "DeviceIDs": {"0": ["GPU-00000002-0000-0000-0000-000000000000"]}},
     ]}}))  # fmt: skip
-    agent = _agent(client, hgx_h100(4), checkpoint)
+    agent = make_agent(client, hgx_h100(4), checkpoint)
     assert agent.round() is True
-    obj = _device(double)
+    obj = device_of(double)
     node = double.get("nodes", NODE)
     assert node is not None
     assert obj["metadata"]["ownerReferences"] == [
@@ -147,7 +80,7 @@ def test_a_round_that_finds_nothing_new_calls_nothing(
     double: KubeDouble, client: KubeClient
 ) -> None:
     clock = Clock()
-    agent = _agent(client, hgx_h100(2), clock=clock)
+    agent = make_agent(client, hgx_h100(2), clock=clock)
     agent.round()
     before = len(double.requests)
     clock.now = 30.0
@@ -163,12 +96,12 @@ def test_a_device_deleted_by_hand_is_written_again_at_the_resync(
     double: KubeDouble, client: KubeClient
 ) -> None:
     clock = Clock()
-    agent = _agent(client, hgx_h100(2), clock=clock)
+    agent = make_agent(client, hgx_h100(2), clock=clock)
     agent.round()
     double.remove("devices", NODE)
     clock.now = 61.0
     assert agent.round() is True
-    assert len(_device(double)["spec"]["devices"]) == 2
+    assert len(device_of(double)["spec"]["devices"]) == 2
 
 
 def test_what_others_wrote_on_the_device_is_kept(double: KubeDouble, client: KubeClient) -> None:
@@ -186,8 +119,8 @@ def test_what_others_wrote_on_the_device_is_kept(double: KubeDouble, client: Kub
             "status": {"conditions": [{"type": "Other", "status": "True"}]},
         }
     )
-    _agent(client, hgx_h100(2)).round()
-    obj = _device(double)
+    make_agent(client, hgx_h100(2)).round()
+    obj = device_of(double)
     assert [(d["type"], d["minor"]) for d in obj["spec"]["devices"]] == [
         ("gpu", 0),
         ("gpu", 1),
@@ -207,13 +140,13 @@ def test_a_gpu_gone_bad_is_marked_unhealthy_and_the_condition_says_why(
     double: KubeDouble, client: KubeClient
 ) -> None:
     probe = hgx_h100(4)
-    agent = _agent(client, probe)
+    agent = make_agent(client, probe)
     agent.round()
     probe.lost[1] = "GPU is lost"
     probe.set_problem(3, "row remapping failed: GPU memory has uncorrectable errors")
     agent.publisher._now = lambda: "2026-11-22T10:05:00Z"
     assert agent.round() is True
-    obj = _device(double)
+    obj = device_of(double)
     assert [d["health"] for d in obj["spec"]["devices"]] == [True, False, True, False]
     (condition,) = obj["status"]["conditions"]
     assert condition == {
@@ -233,11 +166,11 @@ def test_a_conflict_reads_the_device_again_and_keeps_what_changed_meanwhile(
     double: KubeDouble, client: KubeClient
 ) -> None:
     probe = hgx_h100(2)
-    agent = _agent(client, probe, clock=Clock())
+    agent = make_agent(client, probe, clock=Clock())
     agent.round()
 
     def someone_adds_a_nic() -> None:
-        obj = _device(double)
+        obj = device_of(double)
         obj["spec"]["devices"].append({"type": "rdma", "minor": 0, "uuid": "mlx5_0"})
         double.put(obj)
 
@@ -246,13 +179,13 @@ def test_a_conflict_reads_the_device_again_and_keeps_what_changed_meanwhile(
     double.before("PUT", DEVICE_PATH + "$", someone_adds_a_nic)
     probe.set_problem(0, "row remapping failed: GPU memory has uncorrectable errors")
     assert agent.round() is True
-    obj = _device(double)
+    obj = device_of(double)
     assert [(d["type"], d.get("health")) for d in obj["spec"]["devices"]] == [
         ("gpu", False),
         ("gpu", True),
         ("rdma", None),
     ]
-    assert _writes(double)[-3:] == [
+    assert writes(double)[-3:] == [
         f"PUT {DEVICE_PATH}",
         f"PUT {DEVICE_PATH}",
         f"PATCH {DEVICE_PATH}/status",
@@ -263,99 +196,29 @@ def test_a_conflict_reads_the_device_again_and_keeps_what_changed_meanwhile(
 def test_an_object_that_keeps_changing_gives_up_with_a_conflict(
     double: KubeDouble, client: KubeClient
 ) -> None:
-    agent = _agent(client, hgx_h100(2))
+    agent = make_agent(client, hgx_h100(2))
     double.fail("POST", "/devices$", 409, times=None)
     with pytest.raises(Conflict, match=f"Device {NODE}: still changing after 5 attempts"):
         agent.round()
 
 
 def test_a_failed_write_is_made_again_next_round(double: KubeDouble, client: KubeClient) -> None:
-    agent = _agent(client, hgx_h100(2))
+    agent = make_agent(client, hgx_h100(2))
     double.fail("POST", "/devices$", 500)
     with pytest.raises(Unavailable):
         agent.round()
     assert double.get("devices", NODE) is None
     assert agent.round() is True
-    assert len(_device(double)["spec"]["devices"]) == 2
+    assert len(device_of(double)["spec"]["devices"]) == 2
 
 
 def test_a_node_not_in_the_cluster_still_gets_its_device_without_an_owner(
     double: KubeDouble, client: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     double.remove("nodes", NODE)
-    _agent(client, hgx_h100(1)).round()
-    assert "ownerReferences" not in _device(double)["metadata"]
+    make_agent(client, hgx_h100(1)).round()
+    assert "ownerReferences" not in device_of(double)["metadata"]
     assert f"Node {NODE} does not exist" in caplog.text
-
-
-def test_the_loop_rides_out_a_failing_server_and_stops_when_told(
-    double: KubeDouble, client: KubeClient, caplog: pytest.LogCaptureFixture
-) -> None:
-    probe = hgx_h100(2)
-    agent = _agent(client, probe)
-    double.fail("GET", DEVICE_PATH + "$", 503, times=2)
-    with running(agent):
-        _health_becomes(double, [True, True])
-        probe.set_problem(1, "row remapping failed: GPU memory has uncorrectable errors")
-        _health_becomes(double, [True, False])
-    assert f"Device {NODE} not written" in caplog.text and "again in" in caplog.text
-
-
-def test_a_critical_xid_makes_its_gpu_unhealthy_at_once_and_for_good(
-    double: KubeDouble, client: KubeClient, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="kgpu.agent.run")
-    probe = hgx_h100(4)
-    probe.watchable = True
-    observer = Observer(probe, None, ignored_xids=frozenset({94}), now=lambda: "T")
-    # A long interval: only the XID can bring the next write this soon.
-    options = AgentOptions(NODE, interval=60.0, resync=600.0, checkpoint=None)
-    agent = Agent(observer, DevicePublisher(client, NODE), options)
-    with running(agent):
-        _health_becomes(double, [True] * 4)
-        # An application's own error, one the operator chose to ignore, then the GPU's.
-        probe.events += [Xid(2, 13), Xid(2, 94), Xid(2, 79)]
-        _health_becomes(double, [True, True, False, True])
-    (condition,) = _device(double)["status"]["conditions"]
-    assert condition["message"] == (
-        "GPU 2 (GPU-00000002-0000-0000-0000-000000000000): XID 79 (GPU has fallen off the bus) "
-        "at T; healthy again once the GPU is reset and the agent restarted"
-    )
-    gpu2 = "GPU 2 (GPU-00000002-0000-0000-0000-000000000000)"
-    assert f"{gpu2}: XID 13 (see NVIDIA's XID catalogue), not the GPU's fault" in caplog.text
-    assert f"{gpu2}: XID 94 (contained ECC error), not the GPU's fault" in caplog.text
-    assert f"{gpu2}: XID 79 (GPU has fallen off the bus)" in caplog.text
-    # It stays unhealthy though the GPU answers again.
-    assert agent.observer.observe()[0].gpus[2].problem.startswith("XID 79")
-
-
-def test_without_xid_reports_the_loop_still_rounds_every_interval(
-    double: KubeDouble, client: KubeClient
-) -> None:
-    probe = hgx_h100(2)  # xids() says it cannot watch: the pause is a plain wait
-    observer = Observer(probe, None)
-    assert observer.watch(5.0) is None
-    agent = Agent(observer, DevicePublisher(client, NODE), AgentOptions(NODE, 0.05, 600.0, None))
-    with running(agent):
-        _health_becomes(double, [True, True])
-        probe.set_problem(0, "row remapping failed: GPU memory has uncorrectable errors")
-        _health_becomes(double, [False, True])
-
-
-def test_an_unhealthy_gpu_is_logged_once_not_every_round(caplog: pytest.LogCaptureFixture) -> None:
-    probe = hgx_h100(2)
-    observer = Observer(probe, None)
-    probe.set_problem(1, "row remapping failed: GPU memory has uncorrectable errors")
-    for _ in range(3):
-        observer.observe()
-    probe.lost[1] = "GPU is lost"
-    for _ in range(2):
-        observer.observe()
-    warnings = [r.getMessage() for r in caplog.records if "is unhealthy" in r.getMessage()]
-    assert [w.split(": ", 1)[1] for w in warnings] == [
-        "row remapping failed: GPU memory has uncorrectable errors",
-        "NVML cannot read GPU 1: GPU is lost",
-    ]
 
 
 def test_without_the_crd_the_error_says_to_install_it(tmp_path: Path) -> None:
@@ -364,7 +227,7 @@ def test_without_the_crd_the_error_says_to_install_it(tmp_path: Path) -> None:
         c = KubeClient.from_kubeconfig(bare.kubeconfig(tmp_path))
         try:
             with pytest.raises(NotFound) as caught:
-                _agent(c, hgx_h100(1)).round()
+                make_agent(c, hgx_h100(1)).round()
         finally:
             c.close()
     assert str(caught.value).startswith(
@@ -373,39 +236,3 @@ def test_without_the_crd_the_error_says_to_install_it(tmp_path: Path) -> None:
     assert str(caught.value).endswith(
         "install the CRDs with `kgpu manifests --crds-only | kubectl apply -f -`"
     )
-
-
-def test_a_gpu_turning_unhealthy_and_back_is_told_on_the_node(
-    double: KubeDouble, client: KubeClient
-) -> None:
-    events = EventRecorder(client, component="kgpu-agent", instance=NODE, workers=1).start()
-    probe = hgx_h100(2)
-    options = AgentOptions(NODE, interval=0.1, resync=60.0, checkpoint=None)
-    agent = Agent(Observer(probe, None), DevicePublisher(client, NODE), options, events=events)
-    try:
-        agent.round()  # all healthy: nothing to tell
-        probe.set_problem(1, "row remapping failed: GPU memory has uncorrectable errors")
-        agent.round()
-        agent.round()  # the same problem: told once
-        probe.set_problem(1, "")
-        agent.round()
-    finally:
-        events.stop()
-    node = double.get("nodes", NODE)
-    assert node is not None
-    told = [
-        (e["type"], e["reason"], e["message"], e["involvedObject"])
-        for e in double.objects("events")
-    ]
-    gpu = "GPU 1 (GPU-00000001-0000-0000-0000-000000000000)"
-    involved = {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"]}
-    assert told == [
-        (
-            "Warning",
-            "GPUUnhealthy",
-            f"{gpu}: row remapping failed: GPU memory has uncorrectable errors",
-            involved,
-        ),
-        ("Normal", "GPUHealthy", f"{gpu} is healthy again", involved),
-    ]
-    assert {e["source"]["component"] for e in double.objects("events")} == {"kgpu-agent"}
