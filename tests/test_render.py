@@ -350,6 +350,13 @@ def test_the_agent_is_left_out_or_kept_to_chosen_nodes() -> None:
     assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "yes", "pool": "train"}
     with pytest.raises(RenderError, match='--agent-node-selector is "gpu", expected label=value'):
         render_objects(InstallOptions(agent_node_selector="gpu"))
+    assert "runtimeClassName" not in daemonset["spec"]["template"]["spec"]
+    nvidia = InstallOptions(agent_runtime_class="nvidia", webhook=False)
+    [daemonset] = by_kind(render_objects(nvidia), "DaemonSet")
+    assert daemonset["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    kubernetes_validate.validate(daemonset, K8S_VERSION, strict=True)
+    with pytest.raises(RenderError, match='--agent-runtime-class is "NVIDIA", expected the name'):
+        render_objects(InstallOptions(agent_runtime_class="NVIDIA"))
 
 
 def test_each_render_makes_a_new_certificate() -> None:

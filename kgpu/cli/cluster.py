@@ -43,6 +43,12 @@ from kgpu.config import POLICIES, ProfileError
     help="the nodes the agent runs on, as label=value pairs separated by commas",
 )
 @click.option(
+    "--agent-runtime-class",
+    default="",
+    help="the RuntimeClass that gives containers the NVIDIA driver (the GPU Operator's "
+    '"nvidia"), where it is not the nodes\' default runtime',
+)
+@click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="file to write"
 )
 def manifests(
@@ -55,6 +61,7 @@ def manifests(
     crds_only: bool,
     agent: bool,
     agent_node_selector: str,
+    agent_runtime_class: str,
     output: Path | None,
 ) -> None:
     """Print the whole install as one YAML stream for `kubectl apply -f -`.
@@ -73,6 +80,7 @@ def manifests(
         crds_only,
         agent,
         agent_node_selector,
+        agent_runtime_class,
     )
     try:
         objects = render_objects(opts)

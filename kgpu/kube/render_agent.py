@@ -87,6 +87,7 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
             {"key": "CriticalAddonsOnly", "operator": "Exists"},
         ],
         "containers": [container],
+        **({"runtimeClassName": opts.agent_runtime_class} if opts.agent_runtime_class else {}),
         "volumes": [{"name": "device-plugins", "hostPath": {"path": DEVICE_PLUGINS_DIR}}],
     }
     return [

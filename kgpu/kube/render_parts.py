@@ -29,6 +29,7 @@ class InstallOptions:
     crds_only: bool = False
     agent: bool = True
     agent_node_selector: str = "nvidia.com/gpu.present=true"
+    agent_runtime_class: str = ""  # "" : the nodes' default runtime gives the agent NVML
 
     def check(self) -> None:
         # Both names end up as object names and label values: DNS-1123 labels, 63 at most
@@ -52,6 +53,12 @@ class InstallOptions:
             raise RenderError(f"--replicas is {self.replicas}, expected at least 1")
         if self.agent:
             self.agent_selector()
+            name = self.agent_runtime_class
+            if name and (not _LABEL_NAME.fullmatch(name) or len(name) > 63):
+                raise RenderError(
+                    f'--agent-runtime-class is "{name}", expected the name of a RuntimeClass, '
+                    'such as "nvidia"'
+                )
 
     def agent_selector(self) -> dict[str, str]:
         """``--agent-node-selector`` as a nodeSelector: ``key=value`` pairs, comma-separated."""
