@@ -53,6 +53,7 @@ class TableProbe:
         self.closed = False
         self.watchable = False  # whether xids() reports events (as NVML does on most GPUs)
         self.events: list[Xid] = []
+        self.fail_links: set[int] = set()
 
     def driver_version(self) -> str:
         return self.driver
@@ -66,6 +67,8 @@ class TableProbe:
         return self.gpus[index]
 
     def nvlinks(self, index: int) -> list[NvLink]:
+        if index in self.fail_links:  # a GPU lost between two questions of one round
+            raise GpuUnreadable(f"NVML cannot open GPU {index}: GPU is lost")
         return self.links.get(index, [])
 
     def nvlink_p2p(self, a: int, b: int) -> bool:

@@ -24,6 +24,7 @@ from tests.agent_double import (
 )
 from tests.gpu_probes import hgx_h100
 from tests.kube_double import KubeDouble
+from tests.kube_objects import wait_until
 
 __all__ = ["client", "double"]  # the fixtures this module uses, from tests.agent_double
 
@@ -132,3 +133,15 @@ def test_a_gpu_turning_unhealthy_and_back_is_told_on_the_node(
         ("Normal", "GPUHealthy", f"{gpu} is healthy again", involved),
     ]
     assert {e["source"]["component"] for e in double.objects("events")} == {"kgpu-agent"}
+
+
+def test_a_gpu_lost_in_the_middle_of_a_round_costs_the_round_not_the_loop(
+    double: KubeDouble, client: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    probe = hgx_h100(2)
+    probe.fail_links = {1}
+    agent = make_agent(client, probe)
+    with running(agent):
+        wait_until(lambda: "NVML cannot open GPU 1: GPU is lost" in caplog.text, timeout=10)
+        probe.fail_links = set()
+        health_becomes(double, [True, True])

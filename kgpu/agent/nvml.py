@@ -175,13 +175,17 @@ class NvmlProbe:
         """NVML's event set with every GPU that can report critical XIDs registered; None
         where none can (virtual GPUs, some drivers)."""
         if self._watching is None:
+            try:
+                count = self.count()
+            except ProbeError:
+                return None  # NVML is not answering now: try again at the next pause
             self._watching = False
             try:
                 events = pynvml.nvmlEventSetCreate()
             except pynvml.NVMLError:
                 return None
             registered = 0
-            for index in range(self.count()):
+            for index in range(count):
                 try:
                     pynvml.nvmlDeviceRegisterEvents(
                         self._handle(index), pynvml.nvmlEventTypeXidCriticalError, events

@@ -20,7 +20,7 @@ from typing import Any, Final
 from kgpu.agent.health import AgentMetrics
 from kgpu.agent.inventory import Inventory, discover
 from kgpu.agent.kubelet import DEFAULT_CHECKPOINT, CheckpointError, read_checkpoint
-from kgpu.agent.probe import GpuProbe, ProbeError
+from kgpu.agent.probe import GpuProbe, GpuUnreadable, ProbeError
 from kgpu.agent.publish import DevicePublisher
 from kgpu.agent.sysfs import rdma_devices
 from kgpu.kube.backoff import Backoff
@@ -213,8 +213,10 @@ class Agent:
         while not stop.is_set():
             try:
                 self.round()
-            except (KubeError, ProbeError) as exc:
-                if isinstance(exc, ProbeError):
+            except (KubeError, ProbeError, GpuUnreadable) as exc:
+                # A GPU that stops answering between two questions of one round is read
+                # (and reported) as such by the next.
+                if not isinstance(exc, KubeError):
                     self._count("failed", None)
                 wait = backoff.next()
                 log.warning(
