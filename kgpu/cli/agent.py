@@ -107,7 +107,7 @@ def agent(
     from kgpu.agent.device_object import desired, health_status
     from kgpu.agent.health import AgentMetrics
     from kgpu.agent.nvml import NvmlProbe
-    from kgpu.agent.probe import ProbeError
+    from kgpu.agent.probe import GpuUnreadable, ProbeError
     from kgpu.agent.publish import DevicePublisher
     from kgpu.agent.run import Agent, AgentOptions, Observer
     from kgpu.kube.client import KubeClient
@@ -169,7 +169,7 @@ def agent(
                 server.stop()
         finally:
             events.stop()
-    except (KubeError, ProbeError, OSError) as exc:
+    except (KubeError, ProbeError, GpuUnreadable, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         probe.close()
