@@ -150,7 +150,9 @@ class GpuFit:
             fits, compute = gpu_fits(state, req, nodes)
             if req.is_shared:
                 no_share = ~np.any(compute, axis=1)
-                verdicts.reject(reasons.GPU_UNHEALTHY, no_share & (state.gpu_unhealthy[nodes] > 0))
+                if state.gpu_unhealthy_total:
+                    sick = state.gpu_unhealthy[nodes] > 0
+                    verdicts.reject(reasons.GPU_UNHEALTHY, no_share & sick)
                 verdicts.reject(reasons.INSUFFICIENT_GPU_SHARE, no_share)
                 verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, ~np.any(fits, axis=1))
             else:
@@ -158,8 +160,9 @@ class GpuFit:
                 idle = state.gpu_idle_count[nodes]
                 enough_gpus = (idle >= req.count) & short
                 verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, enough_gpus)
-                but_unhealthy = short & (idle + state.gpu_unhealthy[nodes] >= req.count)
-                verdicts.reject(reasons.GPU_UNHEALTHY, but_unhealthy)
+                if state.gpu_unhealthy_total:
+                    but_unhealthy = short & (idle + state.gpu_unhealthy[nodes] >= req.count)
+                    verdicts.reject(reasons.GPU_UNHEALTHY, but_unhealthy)
                 verdicts.reject(reasons.INSUFFICIENT_GPU, short)
         if req.rdma:
             verdicts.reject(reasons.INSUFFICIENT_RDMA, state.rdma_free[nodes] < req.rdma)
