@@ -51,7 +51,7 @@ def make_agent(
     checkpoint: Path | None = None,
     clock: Clock | None = None,
 ) -> Agent:
-    options = AgentOptions(NODE, interval=0.1, resync=60.0, checkpoint=checkpoint)
+    options = AgentOptions(NODE, interval=0.1, resync=60.0)
     publisher = DevicePublisher(client, NODE, now=lambda: "2026-11-22T10:00:00Z")
     return Agent(Observer(probe, checkpoint), publisher, options, clock or Clock())
 

@@ -57,7 +57,7 @@ def test_healthz_turns_503_when_rounds_stop_ending_and_readyz_waits_for_a_write(
     clock = Clock()
     metrics = AgentMetrics(stall_after=300.0, clock=clock, wall=lambda: 1_800_000_000.0)
     probe = hgx_h100(2)
-    options = AgentOptions(NODE, interval=10.0, resync=600.0, checkpoint=None)
+    options = AgentOptions(NODE, interval=10.0, resync=600.0)
     agent = Agent(
         Observer(probe, None, metrics=metrics),
         DevicePublisher(kube, NODE),

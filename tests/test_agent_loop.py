@@ -50,7 +50,7 @@ def test_a_critical_xid_makes_its_gpu_unhealthy_at_once_and_for_good(
     probe.watchable = True
     observer = Observer(probe, None, ignored_xids=frozenset({94}), now=lambda: "T")
     # A long interval: only the XID can bring the next write this soon.
-    options = AgentOptions(NODE, interval=60.0, resync=600.0, checkpoint=None)
+    options = AgentOptions(NODE, interval=60.0, resync=600.0)
     agent = Agent(observer, DevicePublisher(client, NODE), options)
     with running(agent):
         health_becomes(double, [True] * 4)
@@ -76,7 +76,7 @@ def test_without_xid_reports_the_loop_still_rounds_every_interval(
     probe = hgx_h100(2)  # xids() says it cannot watch: the pause is a plain wait
     observer = Observer(probe, None)
     assert observer.watch(5.0) is None
-    agent = Agent(observer, DevicePublisher(client, NODE), AgentOptions(NODE, 0.05, 600.0, None))
+    agent = Agent(observer, DevicePublisher(client, NODE), AgentOptions(NODE, 0.05, 600.0))
     with running(agent):
         health_becomes(double, [True, True])
         probe.set_problem(0, "row remapping failed: GPU memory has uncorrectable errors")
@@ -104,7 +104,7 @@ def test_a_gpu_turning_unhealthy_and_back_is_told_on_the_node(
 ) -> None:
     events = EventRecorder(client, component="kgpu-agent", instance=NODE, workers=1).start()
     probe = hgx_h100(2)
-    options = AgentOptions(NODE, interval=0.1, resync=60.0, checkpoint=None)
+    options = AgentOptions(NODE, interval=0.1, resync=60.0)
     agent = Agent(Observer(probe, None), DevicePublisher(client, NODE), options, events=events)
     try:
         agent.round()  # all healthy: nothing to tell

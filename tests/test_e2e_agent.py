@@ -57,7 +57,7 @@ def test_the_agents_device_keeps_kgpu_run_off_a_failed_gpu(
     cluster.add_nodes([node_obj(node, gpus=2, product="NVIDIA-H100-80GB-HBM3")])
     probe = hgx_h100(2)
     probe.set_problem(0, "row remapping failed: GPU memory has uncorrectable errors")
-    options = AgentOptions(node, checkpoint=None)
+    options = AgentOptions(node)
     events = EventRecorder(client, component="kgpu-agent", instance=node, workers=1).start()
     agent = Agent(Observer(probe, None), DevicePublisher(client, node), options, events=events)
     try:

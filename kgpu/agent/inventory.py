@@ -51,14 +51,14 @@ def discover(probe: GpuProbe, previous: Inventory | None = None) -> Inventory:
             last = known.get(index)
             if last is not None:
                 failed.append(dataclasses.replace(last, problem=str(exc)))
-    seen = {g.uuid for g in read} | {g.uuid for g in failed}
+    seen = {g.uuid for g in read + failed}
     gone = [
         g if g.problem == GONE else dataclasses.replace(g, problem=GONE)
         for g in (previous.gpus if previous else ())
         if g.uuid not in seen
     ]
     gpus = sorted(read + failed + gone, key=lambda g: g.minor)
-    readable = {id(g) for g in read}
+    readable = {g.uuid for g in read}
     nvlinks = {g.index: probe.nvlinks(g.index) for g in read}
     links: list[tuple[str, ...]] = []
     for a, ga in enumerate(gpus):
@@ -68,7 +68,7 @@ def discover(probe: GpuProbe, previous: Inventory | None = None) -> Inventory:
                 row.append("X")
             elif b < a:
                 row.append(links[b][a])
-            elif id(ga) in readable and id(gb) in readable:
+            elif ga.uuid in readable and gb.uuid in readable:
                 row.append(_kind(probe, ga, gb, nvlinks))
             else:
                 row.append("SYS")  # never used: a GPU that cannot be read is not offered

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from kgpu.agent.health import AgentMetrics
 from kgpu.agent.inventory import Inventory, discover
-from kgpu.agent.kubelet import DEFAULT_CHECKPOINT, CheckpointError, read_checkpoint
+from kgpu.agent.kubelet import CheckpointError, read_checkpoint
 from kgpu.agent.probe import GpuProbe, GpuUnreadable, ProbeError
 from kgpu.agent.publish import DevicePublisher
 from kgpu.agent.sysfs import rdma_devices
@@ -35,7 +35,6 @@ class AgentOptions:
     node: str
     interval: float = 10.0  # seconds between rounds
     resync: float = 300.0  # seconds after which the Device is read back even if nothing changed
-    checkpoint: Path | None = DEFAULT_CHECKPOINT  # None: leave the checkpoint annotation alone
 
 
 # XIDs that report an application's error, not the GPU's: NVIDIA's device plugin leaves
@@ -65,7 +64,7 @@ class Observer:
     def __init__(
         self,
         probe: GpuProbe,
-        checkpoint: Path | None,
+        checkpoint: Path | None,  # None: the checkpoint annotation is left alone
         sysfs: Path | None = None,
         ignored_xids: frozenset[int] = frozenset(),
         now: Callable[[], str] = now_rfc3339,

@@ -120,9 +120,7 @@ def agent(
     if node is None and not dry_run:
         raise click.UsageError("--node (or NODE_NAME) names the node whose Device is written")
     node = node or socket.gethostname()
-    options = AgentOptions(
-        node, interval, resync, None if no_kubelet_checkpoint else kubelet_checkpoint
-    )
+    options = AgentOptions(node, interval, resync)
     try:
         probe = NvmlProbe(sysfs)
     except ProbeError as exc:
@@ -132,7 +130,7 @@ def agent(
     metrics = AgentMetrics(stall_after=max(300.0, 3 * interval))
     observer = Observer(
         probe,
-        options.checkpoint,
+        None if no_kubelet_checkpoint else kubelet_checkpoint,
         sysfs if rdma else None,
         frozenset(ignore_xid),
         metrics=metrics,
