@@ -14,6 +14,8 @@ on nodes holding an allocation whose memory is not its compute share (``gpu_odd`
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from kgpu.framework import reasons
@@ -150,19 +152,14 @@ class GpuFit:
             fits, compute = gpu_fits(state, req, nodes)
             if req.is_shared:
                 no_share = ~np.any(compute, axis=1)
-                if state.gpu_unhealthy_total:
-                    sick = state.gpu_unhealthy[nodes] > 0
-                    verdicts.reject(reasons.GPU_UNHEALTHY, no_share & sick)
+                _reject_unhealthy(verdicts, state, req, nodes, no_share)
                 verdicts.reject(reasons.INSUFFICIENT_GPU_SHARE, no_share)
                 verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, ~np.any(fits, axis=1))
             else:
                 short = fits.sum(axis=1) < req.count
-                idle = state.gpu_idle_count[nodes]
-                enough_gpus = (idle >= req.count) & short
+                enough_gpus = (state.gpu_idle_count[nodes] >= req.count) & short
                 verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, enough_gpus)
-                if state.gpu_unhealthy_total:
-                    but_unhealthy = short & (idle + state.gpu_unhealthy[nodes] >= req.count)
-                    verdicts.reject(reasons.GPU_UNHEALTHY, but_unhealthy)
+                _reject_unhealthy(verdicts, state, req, nodes, short)
                 verdicts.reject(reasons.INSUFFICIENT_GPU, short)
         if req.rdma:
             verdicts.reject(reasons.INSUFFICIENT_RDMA, state.rdma_free[nodes] < req.rdma)
@@ -208,13 +205,7 @@ class GpuFit:
         verdicts.reject(reasons.NO_GPU, no_gpu)
         if wrong_model is not None:
             verdicts.reject(reasons.GPU_MODEL_MISMATCH, wrong_model)
-        if state.gpu_unhealthy_total:  # only nodes with a Device can have any
-            bad_gpus = state.gpu_unhealthy[nodes]
-            if req.is_shared:
-                unhealthy = short & (bad_gpus > 0)
-            else:
-                unhealthy = short & (state.gpu_idle_count[nodes] + bad_gpus >= req.count)
-            verdicts.reject(reasons.GPU_UNHEALTHY, unhealthy)
+        _reject_unhealthy(verdicts, state, req, nodes, short)
         verdicts.reject(short_reason, short)
         if memory_short is not None:
             verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, memory_short)
@@ -228,16 +219,9 @@ def _why_not_plain(state: ClusterState, req: GpuRequest, node: int) -> Reason | 
     if req.models and not req.allows(state.nodes[node].gpu_model):
         return reasons.GPU_MODEL_MISMATCH
     if not req.is_shared:
-        idle = state.gpu_idle_count[node]
-        if idle >= req.count:
-            return None
-        if idle + state.gpu_unhealthy[node] >= req.count:
-            return reasons.GPU_UNHEALTHY
-        return reasons.INSUFFICIENT_GPU
+        return _short_of(state, req, node) if state.gpu_idle_count[node] < req.count else None
     if state.gpu_max_free[node] < req.milli:
-        return (
-            reasons.GPU_UNHEALTHY if state.gpu_unhealthy[node] else reasons.INSUFFICIENT_GPU_SHARE
-        )
+        return _short_of(state, req, node)
     if state.odd_total and state.gpu_odd[node] and not any(row_fits(state, req, node)[0]):
         return reasons.INSUFFICIENT_GPU_MEMORY
     return None
@@ -261,23 +245,46 @@ def _why_not(state: ClusterState, req: GpuRequest, node: int) -> Reason | None:
             return reasons.NO_MPS
         if req.is_shared:
             if not any(compute):
-                if state.gpu_unhealthy[node]:
-                    return reasons.GPU_UNHEALTHY
-                return reasons.INSUFFICIENT_GPU_SHARE
+                return _short_of(state, req, node)
             if not any(fits):
                 return reasons.INSUFFICIENT_GPU_MEMORY
         elif sum(fits) < req.count:
-            idle = state.gpu_idle_count[node]
-            if idle >= req.count:
+            if state.gpu_idle_count[node] >= req.count:
                 return reasons.INSUFFICIENT_GPU_MEMORY
-            if idle + state.gpu_unhealthy[node] >= req.count:
-                return reasons.GPU_UNHEALTHY
-            return reasons.INSUFFICIENT_GPU
+            return _short_of(state, req, node)
     if req.rdma and state.rdma_free[node] < req.rdma:
         return reasons.INSUFFICIENT_RDMA
     if req.fpga and state.fpga_free[node] < req.fpga:
         return reasons.INSUFFICIENT_FPGA
     return None
+
+
+def _would_fit_healthy(req: GpuRequest, idle: Any, unhealthy: Any) -> Any:
+    """Whether a node short of room would have it were its unhealthy GPUs healthy (and so
+    idle): whole GPUs, if idle and unhealthy ones together are enough; a share, if it has
+    any unhealthy GPU. For one node or, elementwise, for arrays of them."""
+    if req.is_shared:
+        return unhealthy > 0
+    return idle + unhealthy >= req.count
+
+
+def _reject_unhealthy(
+    verdicts: Verdicts, state: ClusterState, req: GpuRequest, nodes: IntArray, short: BoolArray
+) -> None:
+    """Of the ``short`` nodes, those short only for their unhealthy GPUs say so (to be
+    called before the plain shortage is rejected: a node keeps its first reason)."""
+    if not state.gpu_unhealthy_total:  # only nodes with a Device can have any
+        return
+    idle, unhealthy = state.gpu_idle_count[nodes], state.gpu_unhealthy[nodes]
+    verdicts.reject(reasons.GPU_UNHEALTHY, short & _would_fit_healthy(req, idle, unhealthy))
+
+
+def _short_of(state: ClusterState, req: GpuRequest, node: int) -> Reason:
+    """Why ``node``, short of room for ``req``, cannot take it: the same rule, one node."""
+    idle, unhealthy = int(state.gpu_idle_count[node]), int(state.gpu_unhealthy[node])
+    if _would_fit_healthy(req, idle, unhealthy):
+        return reasons.GPU_UNHEALTHY
+    return reasons.INSUFFICIENT_GPU_SHARE if req.is_shared else reasons.INSUFFICIENT_GPU
 
 
 _: type[FilterPlugin] = GpuFit
