@@ -91,13 +91,19 @@ def test_strand_aware_fgd_keeps_gpu_less_pods_off_idle_gpus() -> None:
     assert np.floor(scores).tolist() == [50.0, 50.0, 50.0]
     assert int(np.argmax(scores)) == 1
     assert scores[2] > scores[0]
-    # GPU pods are scored exactly as FGD scores them (on the one node with room).
+    # A whole-GPU pod is scored exactly as FGD scores it (on the one node with room).
     room = np.array([0], dtype=np.int64)
-    for pod in (make_pod("s").share(300).build(), make_pod("w").gpus(1).build()):
-        assert (
-            plugin.score(_cycle(state, pod), pod, room).tolist()
-            == fgd.score(_cycle(state, pod), pod, room).tolist()
-        )
+    whole = make_pod("w").gpus(1).build()
+    assert (
+        plugin.score(_cycle(state, whole), whole, room).tolist()
+        == fgd.score(_cycle(state, whole), whole, room).tolist()
+    )
+    # A 300 share opens an idle GPU. Its 700 free milli will almost surely take a half
+    # share and keep the 200 that no typical pod fits: about 203 more idle milli than
+    # FGD counts, and the score drops from FGD's 46 to 41.
+    share = make_pod("s").share(300).build()
+    assert fgd.score(_cycle(state, share), share, room).tolist() == [46.0]
+    assert np.floor(plugin.score(_cycle(state, share), share, room)).tolist() == [41.0]
 
 
 def test_gpu_choice_reuses_scoring_only_while_the_node_is_unchanged() -> None:

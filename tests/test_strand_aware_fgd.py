@@ -63,8 +63,10 @@ def _scores(plugin: FgdScore | StrandAwareFgd, state: ClusterState, pod: PodSpec
         # cores) nothing is stranded. FGD sees no change anywhere: the typical pod still fits.
         (make_pod("w").gpus(1).cpu(8000).build(), [50, 50], [26, 50]),
         # A share: FGD's ΔF is −500 on both (a 500 leftover the typical pod cannot use);
-        # on a, 12 cores left feed 3,000 of 3,500 idle milli: 500 more, ΔF = −1000 → 26.
-        (make_pod("s").share(500).cpu(4000).build(), [37, 37], [26, 37]),
+        # no typical pod is a share, so those 500 will stay idle: another −500 on both.
+        # On a, 12 cores left feed 3,000 of 3,500 idle milli: 500 more, ΔF = −1500 → 18;
+        # on b, ΔF = −1000 → 26.
+        (make_pod("s").share(500).cpu(4000).build(), [37, 37], [18, 26]),
         # A GPU-less pod that takes 8 cores strands 2 GPUs on a: ΔF = −2000 → 11; the
         # tie-break adds less than a point.
         (make_pod("c").gpus(0).cpu(8000).build(), [50, 50], [11, 50]),

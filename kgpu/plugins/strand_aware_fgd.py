@@ -17,12 +17,19 @@ before the sigmoid: stranded milli are idle milli that the typical pods cannot u
 is what FGD's fragmentation counts, so they weigh one for one. This holds for every pod,
 a GPU-less one included: its CPU strands GPUs too.
 
+A share also changes how much of its GPU the workload is expected to leave idle to the
+end (``leftover.LeftoverModel``): a hole that common shares fill is worth little, one
+that only rare shares fit is worth nearly all its milli. kgpu adds the drop in that
+leftover to ΔF too, one for one, since it counts idle milli as well, and among GPUs and
+nodes of equal score prefers the larger drop: where whole-GPU pods dominate, FGD scores
+most holes alike, and this is what tells them apart.
+
 Among the nodes with the best score, a GPU-less pod goes to the node with the fewest idle
 GPUs (ideally none: its CPU is then of no use to GPU work), and among those to the one
-with the most CPU to spare, so no single node is drained. Inside a node a share goes to
-the tightest of the GPUs scored equally (FGD takes the lowest index). Both tie-breaks
-stay below one score point, so the score always wins. Other variants were measured on the
-openb traces and rejected (docs/POLICY.md).
+with the most CPU to spare, so no single node is drained. Inside a node a share goes, of
+the GPUs scored equally, to the one whose leftover drops most, then the tightest (FGD
+takes the lowest index). The tie-breaks stay below one score point, so the score always
+wins. Other variants were measured on the openb traces and rejected (docs/POLICY.md).
 """
 
 from __future__ import annotations
@@ -37,13 +44,14 @@ from kgpu.plugins import names
 from kgpu.plugins.fgd import FgdScore, sigmoid_score
 from kgpu.plugins.fragmentation import TypicalPod
 from kgpu.plugins.gpu_choice import lowest_idle_gpus
+from kgpu.plugins.leftover import LeftoverModel
 from kgpu.state.cluster import ClusterState
 
 # The tie-break stays strictly inside one FGD score point.
 TIE_SPAN = 0.99
 # Among nodes with equally few idle GPUs, spare CPU counts this much (idle GPUs count 1).
 CPU_SPARE_WEIGHT = 0.5
-# Inside a node, a tighter GPU wins only among GPUs of equal score.
+# Inside a node, a tighter GPU wins only among GPUs of equal score and leftover drop.
 _GPU_TIGHTNESS = 1e-6
 
 
@@ -62,6 +70,24 @@ class StrandAwareFgd:
     def __init__(self, typical: list[TypicalPod]) -> None:
         self.fgd = FgdScore(typical)
         self.cpu_per_milli = cpu_per_gpu_milli(typical)
+        self._leftover: LeftoverModel | None = None
+        self._leftover_for = (0, 0)
+
+    def leftover_model(self, state: ClusterState) -> LeftoverModel:
+        bound_to = (state.serial, id(state))
+        if self._leftover is None or self._leftover_for != bound_to:
+            cpu_max = int(state.cpu_cap.max(initial=0))
+            self._leftover = LeftoverModel(self.fgd.typical, cpu_max)
+            self._leftover_for = bound_to
+        return self._leftover
+
+    def leftover_decrease(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        """Drop in the expected leftover of each GPU (K,G) if the share went on it."""
+        model = self.leftover_model(state)
+        free, cpu = state.gpu_free[nodes], state.cpu_free[nodes]
+        before = model.leftover(free, cpu)
+        after = model.leftover(free - pod.gpu.milli, cpu - pod.cpu_milli)
+        return np.asarray(before - after, dtype=np.float64)
 
     def stranded(self, idle_milli: IntArray, cpu_free: IntArray) -> FloatArray:
         """Idle milli-GPU beyond what the free CPU can feed, in whole milli.
@@ -80,10 +106,15 @@ class StrandAwareFgd:
         return np.asarray(self.stranded(idle, cpu) - after, dtype=np.float64)
 
     def _per_gpu(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        """Score (K,G) of the share on each GPU: the integer score, then, below one point,
+        the leftover drop and the tightness."""
         decrease = self.fgd.model(state).decrease_if_shared(state, pod, nodes)
         decrease = decrease + self.stranded_decrease(state, pod, nodes)[:, None]
         fits = np.isfinite(decrease)
-        scores = sigmoid_score(np.where(fits, decrease, 0.0))
+        kept = self.leftover_decrease(state, pod, nodes)
+        scores = sigmoid_score(np.where(fits, decrease + kept, 0.0))
+        # tanh keeps the order of the drops inside the span; a GPU's worth spans most of it.
+        scores = scores + TIE_SPAN * 0.5 * (1.0 + np.tanh(kept / MILLI_PER_GPU))
         left = state.gpu_free[nodes] - pod.gpu.milli
         return np.where(fits, scores - _GPU_TIGHTNESS * left, -np.inf)
 
@@ -92,7 +123,7 @@ class StrandAwareFgd:
         if pod.gpu.is_shared:
             per_gpu = self._per_gpu(state, pod, nodes)
             self.fgd.memo.record(state, pod, nodes, per_gpu.argmax(axis=1))
-            return np.asarray(np.round(per_gpu.max(axis=1)))
+            return np.asarray(per_gpu.max(axis=1))
         decrease = self.fgd.model(state).decrease_if_whole(state, pod, nodes)
         score = sigmoid_score(decrease + self.stranded_decrease(state, pod, nodes))
         if pod.gpu.count:
