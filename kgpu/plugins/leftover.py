@@ -68,8 +68,10 @@ class LeftoverModel:
 
     def leftover(self, free: IntArray, cpu_free: IntArray) -> FloatArray:
         """Expected leftover (K,G) of GPUs with ``free`` milli (K,G) on nodes with
-        ``cpu_free`` milli-CPU (K,); free shares and CPU below zero count as none."""
-        cols = self.table.shape[1]
-        f = np.clip(free, 0, MILLI_PER_GPU) // MILLI_STEP
-        c = np.clip(cpu_free // CPU_STEP, 0, cols - 1)
+        ``cpu_free`` milli-CPU (K,); free shares and CPU below zero count as none.
+
+        No GPU has more than 1000 milli free nor a node more CPU than the largest, so only
+        the lower bound needs clipping (a share that does not fit goes below it)."""
+        f = np.maximum(free, 0) // MILLI_STEP
+        c = np.maximum(cpu_free, 0) // CPU_STEP
         return np.asarray(self.table[f, c[:, None]], dtype=np.float64)

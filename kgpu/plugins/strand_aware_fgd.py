@@ -113,8 +113,8 @@ class StrandAwareFgd:
         fits = np.isfinite(decrease)
         kept = self.leftover_decrease(state, pod, nodes)
         scores = sigmoid_score(np.where(fits, decrease + kept, 0.0))
-        # tanh keeps the order of the drops inside the span; a GPU's worth spans most of it.
-        scores = scores + TIE_SPAN * 0.5 * (1.0 + np.tanh(kept / MILLI_PER_GPU))
+        # A leftover lies within 0..1000 milli, so the drop within ±1000 maps into the span.
+        scores = scores + (TIE_SPAN / (2 * MILLI_PER_GPU)) * (kept + MILLI_PER_GPU)
         left = state.gpu_free[nodes] - pod.gpu.milli
         return np.where(fits, scores - _GPU_TIGHTNESS * left, -np.inf)
 
