@@ -89,25 +89,30 @@ class FragmentModel:
             for m, name in enumerate(state.models):
                 self.model_ok[m + 1, j] = not t.models or name in t.models
 
-    def _parts(
-        self, free: IntArray, cpu: IntArray, model: IntArray
-    ) -> tuple[npt.NDArray[np.bool_], IntArray, IntArray, npt.NDArray[np.bool_]]:
-        """Per node and typical pod: GPUs big enough (K,G,T), their milli and count (K,T),
-        and whether model and CPU allow the pod (K,T)."""
+    def _gpu_parts(self, free: IntArray) -> tuple[npt.NDArray[np.bool_], IntArray, IntArray]:
+        """Per node and typical pod: GPUs big enough (K,G,T), their milli and count (K,T)."""
         big = free[:, :, None] >= self.milli[None, None, :]
         usable = (free[:, :, None] * big).sum(axis=1)
         enough = big.sum(axis=1)
-        allowed = self.model_ok[model + 1] & (cpu[:, None] >= self.cpu[None, :])
-        return big, usable, enough, allowed
+        return big, usable, enough
+
+    def _allowed(self, cpu: IntArray, model: IntArray) -> npt.NDArray[np.bool_]:
+        """Per node and typical pod (K,T): whether the GPU model and the CPU allow the pod."""
+        return np.asarray(
+            self.model_ok[model + 1] & (cpu[:, None] >= self.cpu[None, :]), dtype=np.bool_
+        )
+
+    def _fragments(
+        self, idle: IntArray, usable: IntArray, enough: IntArray, allowed: npt.NDArray[np.bool_]
+    ) -> IntArray:
+        fits = allowed & (enough >= self.count[None, :])
+        return np.asarray(idle[:, None] - np.where(fits, usable, 0), dtype=np.int64)
 
     def fragments(self, state: ClusterState, nodes: IntArray) -> IntArray:
         """Per node and typical pod, the fragment in milli (K,T)."""
-        _, usable, enough, allowed = self._parts(
-            state.gpu_free[nodes], state.cpu_free[nodes], state.model_id[nodes]
-        )
-        fits = allowed & (enough >= self.count[None, :])
-        idle = state.gpu_free_total[nodes][:, None]
-        return np.asarray(idle - np.where(fits, usable, 0), dtype=np.int64)
+        _, usable, enough = self._gpu_parts(state.gpu_free[nodes])
+        allowed = self._allowed(state.cpu_free[nodes], state.model_id[nodes])
+        return self._fragments(state.gpu_free_total[nodes], usable, enough, allowed)
 
     def node_fragmentation(self, state: ClusterState, nodes: IntArray) -> FloatArray:
         return np.asarray(self.fragments(state, nodes) @ self.weights, dtype=np.float64)
@@ -116,12 +121,13 @@ class FragmentModel:
         """Fragmentation before minus after placing a one-GPU share on each GPU (K,G);
         -inf where the share does not fit that GPU."""
         free = state.gpu_free[nodes]
-        cpu_after = state.cpu_free[nodes] - pod.cpu_milli
+        cpu = state.cpu_free[nodes]
         model = state.model_id[nodes]
+        idle = state.gpu_free_total[nodes]
         share = pod.gpu.milli
-        before = self.fragments(state, nodes)
-        big, usable, enough, _ = self._parts(free, cpu_after, model)
-        allowed_after = self.model_ok[model + 1] & (cpu_after[:, None] >= self.cpu[None, :])
+        big, usable, enough = self._gpu_parts(free)
+        before = self._fragments(idle, usable, enough, self._allowed(cpu, model))
+        allowed_after = self._allowed(cpu - pod.cpu_milli, model)
         after_free = free - share
         big_after = after_free[:, :, None] >= self.milli[None, None, :]
         usable_after = (
@@ -129,7 +135,7 @@ class FragmentModel:
         )
         enough_after = enough[:, None, :] - big + big_after
         fits = allowed_after[:, None, :] & (enough_after >= self.count[None, None, :])
-        idle_after = (state.gpu_free_total[nodes] - share)[:, None, None]
+        idle_after = (idle - share)[:, None, None]
         frag_after = idle_after - np.where(fits, usable_after, 0)
         decrease = np.asarray((before[:, None, :] - frag_after) @ self.weights, dtype=np.float64)
         return np.where(free >= share, decrease, -np.inf)
@@ -141,12 +147,13 @@ class FragmentModel:
         taken GPU lowers the usable milli by 1000 and the count of big-enough GPUs by one.
         """
         k = pod.gpu.count
-        free = state.gpu_free[nodes]
-        cpu_after = state.cpu_free[nodes] - pod.cpu_milli
+        cpu = state.cpu_free[nodes]
         model = state.model_id[nodes]
-        before = self.fragments(state, nodes)
-        _, usable, enough, allowed_after = self._parts(free, cpu_after, model)
+        idle = state.gpu_free_total[nodes]
+        _, usable, enough = self._gpu_parts(state.gpu_free[nodes])
+        before = self._fragments(idle, usable, enough, self._allowed(cpu, model))
+        allowed_after = self._allowed(cpu - pod.cpu_milli, model)
         fits = allowed_after & (enough - k >= self.count[None, :])
-        idle_after = (state.gpu_free_total[nodes] - k * MILLI_PER_GPU)[:, None]
+        idle_after = (idle - k * MILLI_PER_GPU)[:, None]
         frag_after = idle_after - np.where(fits, usable - k * MILLI_PER_GPU, 0)
         return np.asarray((before - frag_after) @ self.weights, dtype=np.float64)

@@ -75,3 +75,12 @@ class LeftoverModel:
         f = np.maximum(free, 0) // MILLI_STEP
         c = np.maximum(cpu_free, 0) // CPU_STEP
         return np.asarray(self.table[f, c[:, None]], dtype=np.float64)
+
+    def drop(self, free: IntArray, cpu_free: IntArray, milli: int, cpu: int) -> FloatArray:
+        """Leftover before minus after a share of ``milli`` and ``cpu`` goes on each GPU
+        (K,G); ``leftover`` twice, in one pass, as every share scored asks for it."""
+        table = self.table
+        before = table[free // MILLI_STEP, (np.maximum(cpu_free, 0) // CPU_STEP)[:, None]]
+        f_after = np.maximum(free - milli, 0) // MILLI_STEP
+        c_after = np.maximum(cpu_free - cpu, 0) // CPU_STEP
+        return np.asarray(before - table[f_after, c_after[:, None]], dtype=np.float64)

@@ -84,10 +84,9 @@ class StrandAwareFgd:
     def leftover_decrease(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         """Drop in the expected leftover of each GPU (K,G) if the share went on it."""
         model = self.leftover_model(state)
-        free, cpu = state.gpu_free[nodes], state.cpu_free[nodes]
-        before = model.leftover(free, cpu)
-        after = model.leftover(free - pod.gpu.milli, cpu - pod.cpu_milli)
-        return np.asarray(before - after, dtype=np.float64)
+        return model.drop(
+            state.gpu_free[nodes], state.cpu_free[nodes], pod.gpu.milli, pod.cpu_milli
+        )
 
     def stranded(self, idle_milli: IntArray, cpu_free: IntArray) -> FloatArray:
         """Idle milli-GPU beyond what the free CPU can feed, in whole milli.
