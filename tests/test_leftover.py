@@ -83,3 +83,14 @@ def test_the_kgpu_policy_puts_a_share_where_the_hole_it_leaves_will_be_filled() 
         assert isinstance(outcome, Placement)
         chosen[policy] = state.nodes[outcome.node].name
     assert chosen == {"fgd": "a", "kgpu": "b"}
+
+
+def test_a_node_claiming_millions_of_cores_costs_no_bigger_table() -> None:
+    """Virtual nodes report huge CPU. The table stops at the most CPU that filling one hole
+    can take (here 100 shares of 10 milli × 4 cores), and beyond it reads that column."""
+    typical = [WHOLE, TypicalPod(0.05, 4000, 10, 1), SHARE_320]
+    model = LeftoverModel(typical, cpu_max=10**12)
+    assert model.table.shape == (101, 100 * 40 + 1)
+    free, cpu = np.array([[350, 1000]]), np.array([10**12])
+    assert model.leftover(free, cpu).tolist() == model.leftover(free, np.array([400_000])).tolist()
+    assert model.leftover(free, cpu)[0, 0] < 350

@@ -48,10 +48,16 @@ class LeftoverModel:
 
     def __init__(self, typical: list[TypicalPod], cpu_max: int) -> None:
         rows = MILLI_PER_GPU // MILLI_STEP + 1
-        cols = max(cpu_max, 0) // CPU_STEP + 1
+        shapes = _share_shapes(typical)
+        # Filling a hole takes at most as many shares as the smallest fits, each with at
+        # most the largest CPU: more free CPU than that changes nothing, so the table stops
+        # there, and a node that claims millions of cores costs no more than a big one.
+        most_used = 0
+        if shapes:
+            most_used = (rows - 1) // min(m for m, _, _ in shapes) * max(c for _, c, _ in shapes)
+        cols = min(max(cpu_max, 0) // CPU_STEP, most_used) + 1
         cpu = np.arange(cols)
         table = np.zeros((rows, cols), dtype=np.float64)
-        shapes = _share_shapes(typical)
         for f in range(1, rows - 1):
             fits = np.zeros(cols)
             after = np.zeros(cols)
@@ -65,22 +71,25 @@ class LeftoverModel:
             filled = np.divide(after, fits, out=np.zeros(cols), where=fits > 0)
             table[f] = (1.0 - chance) * f * MILLI_STEP + chance * filled
         self.table = table  # the last row, idle GPUs, stays 0
+        self._last_col = cols - 1
 
     def leftover(self, free: IntArray, cpu_free: IntArray) -> FloatArray:
         """Expected leftover (K,G) of GPUs with ``free`` milli (K,G) on nodes with
         ``cpu_free`` milli-CPU (K,); free shares and CPU below zero count as none.
 
-        No GPU has more than 1000 milli free nor a node more CPU than the largest, so only
-        the lower bound needs clipping (a share that does not fit goes below it)."""
+        No GPU has more than 1000 milli free, so a free share needs clipping only below
+        (a share that does not fit goes there)."""
         f = np.maximum(free, 0) // MILLI_STEP
-        c = np.maximum(cpu_free, 0) // CPU_STEP
-        return np.asarray(self.table[f, c[:, None]], dtype=np.float64)
+        return np.asarray(self.table[f, self._cpu_col(cpu_free)[:, None]], dtype=np.float64)
+
+    def _cpu_col(self, cpu_free: IntArray) -> IntArray:
+        return np.asarray(np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col))
 
     def drop(self, free: IntArray, cpu_free: IntArray, milli: int, cpu: int) -> FloatArray:
         """Leftover before minus after a share of ``milli`` and ``cpu`` goes on each GPU
         (K,G); ``leftover`` twice, in one pass, as every share scored asks for it."""
         table = self.table
-        before = table[free // MILLI_STEP, (np.maximum(cpu_free, 0) // CPU_STEP)[:, None]]
+        before = table[free // MILLI_STEP, self._cpu_col(cpu_free)[:, None]]
         f_after = np.maximum(free - milli, 0) // MILLI_STEP
-        c_after = np.maximum(cpu_free - cpu, 0) // CPU_STEP
-        return np.asarray(before - table[f_after, c_after[:, None]], dtype=np.float64)
+        after = table[f_after, self._cpu_col(cpu_free - cpu)[:, None]]
+        return np.asarray(before - after, dtype=np.float64)
