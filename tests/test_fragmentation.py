@@ -30,6 +30,15 @@ def test_typical_pods_cover_95_percent_most_frequent_first() -> None:
     assert [round(t.weight, 4) for t in typical] == [0.625, 0.375]
 
 
+def test_typical_pods_carry_their_pods_mean_memory_without_telling_shapes_apart_by_it() -> None:
+    pods = [
+        make_pod(f"a{i}").share(500).cpu(2000).memory(m).build()
+        for i, m in enumerate((1000, 2000, 4001))
+    ]
+    (typical,) = typical_pods(pods)
+    assert (typical.weight, typical.gpu_milli, typical.memory_mib) == (1.0, 500, 2334)
+
+
 def _typical() -> list[TypicalPod]:
     return [
         TypicalPod(0.5, 1000, 500, 1),  # a half share

@@ -12,7 +12,11 @@ from kgpu.model.pod import PodSpec
 from kgpu.plugins.fgd import FgdScore
 from kgpu.plugins.fragmentation import TypicalPod
 from kgpu.plugins.registry import PluginContext, build_scheduler
-from kgpu.plugins.strand_aware_fgd import StrandAwareFgd, cpu_per_gpu_milli
+from kgpu.plugins.strand_aware_fgd import (
+    StrandAwareFgd,
+    cpu_per_gpu_milli,
+    memory_per_gpu_milli,
+)
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod
 
@@ -101,3 +105,37 @@ def test_the_kgpu_policy_places_a_cpu_heavy_gpu_pod_where_no_gpu_is_stranded() -
         ).schedule(state, pod)
         assert isinstance(outcome, Placement)
         assert (state.nodes[outcome.node].name, outcome.gpus) == (f"{'ab'[node]}", (0,))
+
+
+def test_memory_per_gpu_milli_comes_from_the_typical_gpu_pods_mean_memory() -> None:
+    typical = [
+        TypicalPod(0.5, 1000, 500, 1, memory_mib=4096),
+        TypicalPod(0.3, 6000, 1000, 2, memory_mib=32768),
+        TypicalPod(0.2, 9000, 0, 0, memory_mib=65536),  # brings no GPU to feed
+    ]
+    assert memory_per_gpu_milli(typical) == pytest.approx((0.5 * 4096 + 0.3 * 32768) / 850)
+    assert memory_per_gpu_milli(TYPICAL) == 0  # no memory known: memory strands nothing
+
+
+# A whole GPU with 4 cores and 16 GiB: a GPU needs 4,000 milli-CPU and 16,384 MiB.
+HUNGRY = [TypicalPod(1.0, 4000, 1000, 1, memory_mib=16_384)]
+
+
+def test_gpus_a_node_has_no_memory_left_to_feed_are_stranded_too() -> None:
+    """Two 4-GPU nodes with 64 cores each: a with 64 GiB (16 per GPU, just enough), b with
+    256. A GPU-less pod taking 1 core and 32 GiB leaves a 32 GiB: two GPUs' worth, so 2,000
+    idle milli are stranded, ΔF = −2000 → 11. FGD sees no change on either node."""
+    state = ClusterState(
+        [
+            make_node("a").gpus(4).cpu(64_000).memory(65_536).build(),
+            make_node("b").gpus(4).cpu(64_000).memory(262_144).build(),
+        ]
+    )
+    pod = make_pod("c").gpus(0).cpu(1000).memory(32_768).build()
+    assert _scores(FgdScore(HUNGRY), state, pod) == [50, 50]
+    assert np.floor(_scores(StrandAwareFgd(HUNGRY), state, pod)).tolist() == [11, 50]
+    outcome = build_scheduler(load_profile("kgpu"), PluginContext(typical_pods=HUNGRY)).schedule(
+        state, pod
+    )
+    assert isinstance(outcome, Placement)
+    assert state.nodes[outcome.node].name == "b"

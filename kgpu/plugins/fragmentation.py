@@ -35,19 +35,24 @@ class TypicalPod:
     gpu_milli: int
     gpu_count: int
     models: tuple[str, ...] = ()
+    memory_mib: int = 0  # the mean of its pods'; not part of the shape
 
 
 def typical_pods(pods: Iterable[PodSpec], coverage: float = 0.95) -> list[TypicalPod]:
     """The most frequent shapes (CPU, per-GPU milli, GPU count, allowed models) that together
     cover ``coverage`` of the pods, weights renormalised to sum to 1.
 
-    Memory is left out, as in the paper. Equal counts are ordered by descending CPU, milli,
-    count and model list, which fixes which shapes make the cut.
+    Memory does not tell shapes apart, as in the paper; each shape carries its pods' mean
+    memory, which only kgpu's stranding term reads. Equal counts are ordered by descending
+    CPU, milli, count and model list, which fixes which shapes make the cut.
     """
     counts: Counter[tuple[int, int, int, str]] = Counter()
+    memory: Counter[tuple[int, int, int, str]] = Counter()
     for pod in pods:
         g = pod.gpu
-        counts[(pod.cpu_milli, g.milli if g.count else 0, g.count, "|".join(g.models))] += 1
+        shape = (pod.cpu_milli, g.milli if g.count else 0, g.count, "|".join(g.models))
+        counts[shape] += 1
+        memory[shape] += pod.memory_mib
     total = sum(counts.values())
     if total == 0:
         return []
@@ -67,6 +72,7 @@ def typical_pods(pods: Iterable[PodSpec], coverage: float = 0.95) -> list[Typica
             gpu_milli=milli,
             gpu_count=num,
             models=tuple(m for m in spec.split("|") if m),
+            memory_mib=round(memory[(cpu, milli, num, spec)] / count),
         )
         for (cpu, milli, num, spec), count in kept
     ]

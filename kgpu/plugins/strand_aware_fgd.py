@@ -1,5 +1,6 @@
-"""kgpu's default placement: FGD, with GPUs that a node's CPU can no longer serve counted
-as fragmentation, and pods that ask for no GPU kept off idle GPUs.
+"""kgpu's default placement: FGD, with GPUs that a node's CPU or memory can no longer serve
+counted as fragmentation, holes in shared GPUs weighed by how likely a later share fills
+them, and pods that ask for no GPU kept off idle GPUs.
 
 FGD scores a node by int(100 × sigmoid(ΔF / 1000)), ΔF being how much the node's
 fragmentation (measured against the workload's typical pods) drops with the placement.
@@ -15,7 +16,10 @@ milli-GPU and ``c`` free milli-CPU can feed about ``c / r`` of them; the rest,
 ``max(0, g − c / r)``, is stranded. kgpu adds the drop in stranded milli to FGD's ΔF
 before the sigmoid: stranded milli are idle milli that the typical pods cannot use, which
 is what FGD's fragmentation counts, so they weigh one for one. This holds for every pod,
-a GPU-less one included: its CPU strands GPUs too.
+a GPU-less one included: its CPU strands GPUs too. Memory is read the same way (``m``,
+MiB per milli-GPU, from the typical pods' mean memory), and a node feeds
+``min(c / r, f / m)`` with ``f`` MiB free: where pods ask for much memory per core, a
+node's memory runs out before its CPU.
 
 A share also changes how much of its GPU the workload is expected to leave idle to the
 end (``leftover.LeftoverModel``): a hole that common shares fill is worth little, one
@@ -58,9 +62,20 @@ _GPU_TIGHTNESS = 1e-6
 def cpu_per_gpu_milli(typical: list[TypicalPod]) -> float:
     """Milli-CPU that a milli-GPU of the workload's typical GPU pods comes with; 0 when no
     typical pod asks for a GPU (then nothing is counted as stranded)."""
-    cpu = sum(t.weight * t.cpu_milli for t in typical if t.gpu_count)
+    return _per_gpu_milli(typical, [t.cpu_milli for t in typical])
+
+
+def memory_per_gpu_milli(typical: list[TypicalPod]) -> float:
+    """MiB of memory that a milli-GPU of the workload's typical GPU pods comes with; 0 when
+    they ask for none (then memory strands nothing)."""
+    return _per_gpu_milli(typical, [t.memory_mib for t in typical])
+
+
+def _per_gpu_milli(typical: list[TypicalPod], amounts: list[int]) -> float:
+    """Frequency-weighted amount per milli-GPU over the typical pods that take GPUs."""
+    amount = sum(t.weight * a for t, a in zip(typical, amounts, strict=True) if t.gpu_count)
     gpu = sum(t.weight * t.gpu_milli * t.gpu_count for t in typical if t.gpu_count)
-    return cpu / gpu if gpu > 0 else 0.0
+    return amount / gpu if gpu > 0 else 0.0
 
 
 class StrandAwareFgd:
@@ -70,6 +85,7 @@ class StrandAwareFgd:
     def __init__(self, typical: list[TypicalPod]) -> None:
         self.fgd = FgdScore(typical)
         self.cpu_per_milli = cpu_per_gpu_milli(typical)
+        self.memory_per_milli = memory_per_gpu_milli(typical)
         self._leftover: LeftoverModel | None = None
         self._leftover_for = (0, 0)
 
@@ -88,8 +104,9 @@ class StrandAwareFgd:
             state.gpu_free[nodes], state.cpu_free[nodes], pod.gpu.milli, pod.cpu_milli
         )
 
-    def stranded(self, idle_milli: IntArray, cpu_free: IntArray) -> FloatArray:
-        """Idle milli-GPU beyond what the free CPU can feed, in whole milli.
+    def stranded(self, idle_milli: IntArray, cpu_free: IntArray, mem_free: IntArray) -> FloatArray:
+        """Idle milli-GPU beyond what the free CPU, or the free memory, can feed, in whole
+        milli.
 
         Rounded so that before minus after is exact: a pod that strands nothing must leave
         ΔF exactly as FGD computes it, or the integer sigmoid may tip 50 to 49.
@@ -97,12 +114,14 @@ class StrandAwareFgd:
         if self.cpu_per_milli <= 0:
             return np.zeros(len(idle_milli), dtype=np.float64)
         feedable = cpu_free / self.cpu_per_milli
+        if self.memory_per_milli > 0:
+            feedable = np.minimum(feedable, mem_free / self.memory_per_milli)
         return np.asarray(np.round(np.maximum(0.0, idle_milli - feedable)), dtype=np.float64)
 
     def stranded_decrease(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
-        idle, cpu = state.gpu_free_total[nodes], state.cpu_free[nodes]
-        after = self.stranded(idle - pod.gpu.total_milli, cpu - pod.cpu_milli)
-        return np.asarray(self.stranded(idle, cpu) - after, dtype=np.float64)
+        idle, cpu, mem = state.gpu_free_total[nodes], state.cpu_free[nodes], state.mem_free[nodes]
+        after = self.stranded(idle - pod.gpu.total_milli, cpu - pod.cpu_milli, mem - pod.memory_mib)
+        return np.asarray(self.stranded(idle, cpu, mem) - after, dtype=np.float64)
 
     def _per_gpu(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         """Score (K,G) of the share on each GPU: the integer score, then, below one point,
