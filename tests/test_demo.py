@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from kgpu.cli import main
 from kgpu.config import POLICIES
+from kgpu.sim.openb_run import run_trace
+from kgpu.sim.synthetic import synthetic_nodes, synthetic_pods
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -57,3 +61,21 @@ def test_demo_refuses_an_unknown_policy_before_replaying(tmp_path: Path) -> None
     assert result.exit_code != 0
     assert "unknown policy 'nope'" in result.output
     assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_kgpu_beats_fgd_on_the_demo_workload_where_memory_binds() -> None:
+    """The demo's cluster at its default size, seeds 1..6. Small GPU nodes there run out of
+    memory before CPU (GPU-less pods ask for up to 8 GiB a core): counting CPU alone, kgpu
+    averaged 0.04 points below FGD on these seeds; counting memory too, it is ahead."""
+    nodes_and_pods = [
+        (synthetic_nodes(400, seed), synthetic_pods(2000, seed), seed) for seed in range(1, 7)
+    ]
+    means = {
+        policy: statistics.fmean(
+            run_trace(nodes, pods, policy, seed).result.final_alloc_pct
+            for nodes, pods, seed in nodes_and_pods
+        )
+        for policy in ("fgd", "kgpu")
+    }
+    assert means["kgpu"] > means["fgd"] + 0.2
