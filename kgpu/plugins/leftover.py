@@ -1,10 +1,11 @@
 """How much of a GPU's free share the workload is expected to leave idle to the end.
 
-FGD asks of a partly used GPU only which typical pods fit its free share now. Where whole
-GPU pods dominate the workload, nearly every free share is fragment for nearly all of
-them, so FGD scores a 320-milli share put on a GPU with 530 free (leaving 210, which
-hardly any share fits) and one put on a GPU with 350 free (leaving 30) within a point
-of each other. What tells them apart is whether a later pod is likely to fill the hole.
+FGD asks of a partly used GPU only which typical pods fit its free share now. Where most
+pods take whole GPUs or none (62% of openb's default list), any free share is fragment
+for most typical pods whatever its size, so FGD can score a 320-milli share put on a GPU
+with 530 free (leaving 210, which hardly any share fits) and one put on a GPU with 680
+free (leaving 360, which the next 320 fits) alike. What tells them apart is whether a
+later pod is likely to fill the hole.
 
 The leftover of a free share ``f`` on a node with ``c`` milli-CPU free is the idle milli
 it is expected to keep: with the chance that some typical share fitting both ``f`` and
@@ -15,7 +16,8 @@ share of the workload's pods. An idle GPU's leftover is zero: whole GPUs are FGD
 to judge.
 
 The table is built once per cluster, by free share in steps of 10 milli-GPU and by free
-CPU in steps of 100 milli-CPU, up to the cluster's largest node.
+CPU in steps of 100 milli-CPU, up to the cluster's largest node or the most CPU that
+filling one hole can take, whichever is less.
 """
 
 from __future__ import annotations

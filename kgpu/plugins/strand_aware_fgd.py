@@ -25,8 +25,8 @@ A share also changes how much of its GPU the workload is expected to leave idle 
 end (``leftover.LeftoverModel``): a hole that common shares fill is worth little, one
 that only rare shares fit is worth nearly all its milli. kgpu adds the drop in that
 leftover to ΔF too, one for one, since it counts idle milli as well, and among GPUs and
-nodes of equal score prefers the larger drop: where whole-GPU pods dominate, FGD scores
-most holes alike, and this is what tells them apart.
+nodes of equal score prefers the larger drop: where most pods take whole GPUs or none,
+FGD scores most holes alike, and this is what tells them apart.
 
 Among the nodes with the best score, a GPU-less pod goes to the node with the fewest idle
 GPUs (ideally none: its CPU is then of no use to GPU work), and among those to the one
