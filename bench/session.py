@@ -138,7 +138,7 @@ def build_queues(capacity_gpu_milli: int, rng: np.random.Generator) -> list[Queu
 def draw_jobs(
     count_pods: int,
     teams: Sequence[str],
-    weights: Sequence[float],
+    weights: Sequence[float] | npt.NDArray[np.float64],
     mix: str,
     rng: np.random.Generator,
     prefix: str,

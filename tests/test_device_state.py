@@ -171,7 +171,7 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
             assert a[key] == b[key], key
 
 
-def _held_per_gpu(state: ClusterState) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[type-arg]
+def _held_per_gpu(state: ClusterState) -> tuple[np.ndarray, np.ndarray]:
     milli = np.zeros_like(state.gpu_cap)
     mib = np.zeros_like(state.gpu_mem_cap)
     for alloc in state.allocations.values():

@@ -306,10 +306,12 @@ def test_what_the_binding_does_on_this_server(cluster: Cluster) -> None:
     noted = client.get(PODS, "noted", cluster.namespace)
     assert noted["spec"]["nodeName"] == "no-such-node"
     assert noted["metadata"]["annotations"]["kgpu.io/visible-devices"] == "3"
-    stale = {"uid": "00000000-0000-0000-0000-00000000beef", "resource_version": "1"}
+    stale_uid = "00000000-0000-0000-0000-00000000beef"
     if checks:
         with pytest.raises(KubeError, match="Precondition failed"):
-            client.bind(cluster.namespace, "stale", "no-such-node", **stale)
+            client.bind(
+                cluster.namespace, "stale", "no-such-node", uid=stale_uid, resource_version="1"
+            )
     else:
-        client.bind(cluster.namespace, "stale", "no-such-node", **stale)
+        client.bind(cluster.namespace, "stale", "no-such-node", uid=stale_uid, resource_version="1")
         assert cluster.bound()["stale"] == "no-such-node"

@@ -13,7 +13,9 @@ from kgpu.model.queue import QueueSpec, QueueTree
 G = 1000  # milli per GPU, per core
 
 
-def _shares(queues: list[QueueSpec], capacity: dict[str, int], wants: dict[str, dict[str, int]]):
+def _shares(
+    queues: list[QueueSpec], capacity: dict[str, int], wants: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
     tree = QueueTree(queues)
     assert tree.problems == []
     demand = [wants.get(spec.name, {}) for spec in tree.specs]

@@ -63,6 +63,7 @@ def test_answers_become_our_errors(
     with pytest.raises(error) as caught:
         client.list(NODES)
     assert isinstance(caught.value, family)
+    assert isinstance(caught.value, KubeError)
     assert caught.value.status == status
     assert client.list(NODES).items == []  # the fault was for one call only
 

@@ -69,8 +69,10 @@ def member(name: str, group: str, gpus: int = 1) -> dict[str, Any]:
     return pod_obj(name, gpus=gpus, annotations={"scheduling.k8s.io/group-name": group})
 
 
-def in_queue(name: str, queue: str, gpus: int = 1, **extra: str) -> dict[str, Any]:
-    pod = pod_obj(name, gpus=gpus, annotations=dict(extra))
+def in_queue(
+    name: str, queue: str, gpus: int = 1, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    pod = pod_obj(name, gpus=gpus, annotations=dict(annotations or {}))
     pod["metadata"]["labels"] = {"kgpu.io/queue": queue}
     return pod
 
@@ -209,10 +211,10 @@ def test_a_queue_at_its_limit_leaves_the_pod_pending(double: KubeDouble, start: 
     double.put(node_obj("n1", gpus=4))
     double.put(queue_obj("small", limit={"gpu": 1}, cards={"A100": {"deserved": 1, "limit": 2}}))
     card = {"volcano.sh/card.name": "A100"}
-    double.put(in_queue("first", "small", **card))
+    double.put(in_queue("first", "small", annotations=card))
     scheduler = start()
     wait_until(lambda: double.bound() == {"first": "n1"})
-    double.put(in_queue("second", "small", **card))
+    double.put(in_queue("second", "small", annotations=card))
     wait_until(lambda: any("second" in e for e in events(double, "FailedScheduling")))
     assert double.bound() == {"first": "n1"}
     assert [e for e in events(double, "FailedScheduling") if "second" in e] == [
@@ -299,7 +301,7 @@ def test_without_queues_no_label_or_card_name_holds_a_pod_back(
     double: KubeDouble, start: Start
 ) -> None:
     double.put(node_obj("n1", gpus=1))
-    double.put(in_queue("p", "no-such-queue", **{"volcano.sh/card.name": "A100"}))
+    double.put(in_queue("p", "no-such-queue", annotations={"volcano.sh/card.name": "A100"}))
     start()
     wait_until(lambda: double.bound() == {"p": "n1"})
 

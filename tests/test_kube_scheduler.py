@@ -260,10 +260,11 @@ def test_a_leader_cut_off_stops_binding(double: KubeDouble, start: Start) -> Non
     begin; it binds nothing after that."""
     double.put(node_obj("n1", gpus=8))
     one = start("one")
-    assert one.elector is not None
-    wait_until(one.elector.is_leader)
+    elector = one.elector
+    assert elector is not None
+    wait_until(elector.is_leader)
     double.fail("*", "/leases/", 503, times=None)
-    wait_until(lambda: not one.elector.is_leader(), timeout=3)
+    wait_until(lambda: not elector.is_leader(), timeout=3)
     double.put(pod_obj("p", gpus=1))
     time.sleep(0.5)
     assert double.bound() == {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -92,7 +93,9 @@ def test_parse_names_what_is_wrong(text: str, message: str) -> None:
 # ---------------------------------------------------------------------------- snapshots
 
 
-def annotated(name: str, node: str, minors: list[int], milli: int = 1000, **kw: object) -> dict:
+def annotated(
+    name: str, node: str, minors: list[int], milli: int = 1000, **kw: object
+) -> dict[str, Any]:
     notes = render(minors, milli)
     return pod_obj(name, node=node, gpus=len(minors), annotations=notes, **kw)  # type: ignore[arg-type]
 
@@ -216,9 +219,11 @@ def test_one_builder_rereads_a_pod_whose_version_changes() -> None:
     assert snap.pending == [] and len(builder.conversions) == 2
 
 
-def bound_by_binding(pending: dict, node: str, notes: dict[str, str], version: str) -> dict:
+def bound_by_binding(
+    pending: dict[str, Any], node: str, notes: dict[str, str], version: str
+) -> dict[str, Any]:
     """``pending`` as its Binding leaves it: on ``node``, with ``notes`` added."""
-    bound = json.loads(json.dumps(pending))
+    bound: dict[str, Any] = json.loads(json.dumps(pending))
     bound["spec"]["nodeName"] = node
     bound["metadata"]["annotations"].update(notes)
     bound["metadata"]["resourceVersion"] = version
@@ -250,7 +255,7 @@ def test_a_pod_bound_by_its_binding_reads_as_a_fresh_read() -> None:
     ids=["gpu-fraction annotation", "priority", "queue label"],
 )
 def test_a_pod_changed_beside_its_binding_is_read_again(
-    change: Callable[[dict], None], milli: int
+    change: Callable[[dict[str, Any]], None], milli: int
 ) -> None:
     builder = SnapshotBuilder("kgpu-scheduler")
     nodes = [node_obj("a", gpus=2)]

@@ -152,10 +152,10 @@ def test_node_resource_filter_reasons_in_order() -> None:
 
 def test_label_filter_selector_and_instance_type() -> None:
     nodes = [
-        gfd_node("a", "A100", 1, 81920, apps="llm", **{INSTANCE_TYPE_LABEL: NC24}),
-        gfd_node("b", "A100", 1, 81920, apps="llm"),
-        gfd_node("c", "A100", 1, 81920, apps="web", **{INSTANCE_TYPE_LABEL: NC24}),
-        gfd_node("d", "A100", 1, 81920, apps="llm", zone="x"),
+        gfd_node("a", "A100", 1, 81920, labels={"apps": "llm", INSTANCE_TYPE_LABEL: NC24}),
+        gfd_node("b", "A100", 1, 81920, labels={"apps": "llm"}),
+        gfd_node("c", "A100", 1, 81920, labels={"apps": "web", INSTANCE_TYPE_LABEL: NC24}),
+        gfd_node("d", "A100", 1, 81920, labels={"apps": "llm", "zone": "x"}),
     ]
     selector = LabelSelector((("apps", "llm"),), (Requirement("zone", Operator.NOT_IN, ("x",)),))
     assert node_verdicts(LabelFilter(), nodes, selector=selector) == [
@@ -288,11 +288,11 @@ def test_nap_without_nodes_reports_how_many_to_provision(scheduler: GroupSchedul
 
 def test_nap_counts_existing_nodes_of_the_type(scheduler: GroupScheduler) -> None:
     typed = {INSTANCE_TYPE_LABEL: NC24}
-    one = [gfd_node("nc-1", "NVIDIA-A100-80GB-PCIe", 1, 81920, **typed)]
+    one = [gfd_node("nc-1", "NVIDIA-A100-80GB-PCIe", 1, 81920, labels=typed)]
     placement = place(scheduler, workspace(instance_type=NC24), group_nodes(one + design_nodes()))
     assert isinstance(placement, WorkspacePlacement)
     assert (placement.provision, placement.nodes) == (1, ())
-    two = [*one, gfd_node("nc-2", "NVIDIA-A100-80GB-PCIe", 1, 81920, **typed)]
+    two = [*one, gfd_node("nc-2", "NVIDIA-A100-80GB-PCIe", 1, 81920, labels=typed)]
     placement = place(scheduler, workspace(instance_type=NC24), group_nodes(two))
     assert isinstance(placement, WorkspacePlacement)
     assert (placement.provision, placement.nodes) == (0, ("nc-1", "nc-2"))
@@ -323,7 +323,7 @@ def test_nap_with_an_unknown_instance_type_uses_existing_nodes_only(
     assert isinstance(outcome, NoGroup)
     assert "instanceType Custom_GPU_v1 is not in kgpu's SKU table" in outcome.message
     typed = [
-        gfd_node(f"c{i}", "L40S", 1, 46068, **{INSTANCE_TYPE_LABEL: "Custom_GPU_v1"})
+        gfd_node(f"c{i}", "L40S", 1, 46068, labels={INSTANCE_TYPE_LABEL: "Custom_GPU_v1"})
         for i in range(2)
     ]
     placement = place(scheduler, ws, group_nodes(typed))

@@ -19,8 +19,8 @@ def _profile(gpu: str, cpu: str) -> Profile:
         name=f"{gpu}-{cpu}",
         filters=FILTERS,
         scores=(WeightedPlugin(name="NodePlacement"),),
-        gpu_choice="GpuTightest",
-        plugin_args={"NodePlacement": {"gpu": gpu, "cpu": cpu}},
+        gpuChoice="GpuTightest",
+        pluginArgs={"NodePlacement": {"gpu": gpu, "cpu": cpu}},
     )
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from kgpu.config import load_profile
+from kgpu.model.node import NodeName
 from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.sim.openb import read_nodes, read_pods
@@ -34,7 +35,7 @@ def _replay_reference(openb: Path, policy: str, ref: str) -> tuple[float, int, i
     rank = np.zeros(len(state), dtype=np.int64)
     with (openb / "reference" / "node_rank_default_seed42.csv").open() as f:
         for row in csv.DictReader(f):
-            rank[state.index[row["node"]]] = int(row["node_rank"])
+            rank[state.index[NodeName(row["node"])]] = int(row["node_rank"])
     context = PluginContext(seed=42, typical_pods=typical_pods(p.to_pod() for p in trace))
     scheduler = build_scheduler(load_profile(policy), context)
     scheduler.set_tie_rank(rank)

@@ -9,6 +9,7 @@ from kgpu.actions.victims import VictimPool
 from kgpu.config import load_profile
 from kgpu.framework.session import Session
 from kgpu.model.gpu import GpuRequest
+from kgpu.model.pod import PodKey
 from kgpu.model.queue import QueueSpec
 from kgpu.plugins.registry import build_scheduler
 from tests.builders import make_node, make_pod
@@ -69,7 +70,7 @@ def test_a_trial_eviction_puts_back_exactly_what_the_pod_held() -> None:
     snap.pending(make_pod("high").share(300), job="high")
     result = snap.run()
     assert evicted(result) == ["recorded"] and nominated(result) == [("high", "a")]
-    held = snap.state.allocations["default/recorded"]
+    held = snap.state.allocations[PodKey("default/recorded")]
     assert (held.gpu_milli, held.gpu_memory) == (500, (1000,))
 
 

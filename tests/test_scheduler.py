@@ -112,7 +112,7 @@ def test_cached_cycles_decide_exactly_as_uncached_ones(arrivals: list[tuple[int,
             state = ClusterState(nodes)
             sched = _scheduler(policy, pods)
             sched.use_cache = use_cache
-            run = []
+            run: list[tuple[int, object]] = []
             for pod in pods:
                 outcome = sched.schedule(state, pod)
                 if isinstance(outcome, Placement):

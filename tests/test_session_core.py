@@ -171,8 +171,8 @@ def test_session_configuration_comes_from_the_profile_plugin_args() -> None:
 
     profile = Profile(
         name="queues",
-        gpu_choice="GpuTightest",
-        plugin_args={
+        gpuChoice="GpuTightest",
+        pluginArgs={
             "session": {"actions": ["allocate", "preempt"], "plugins": ["priority", "gang"]},
             "capacity-card": {"cardUnlimitedCpuMemory": True},
         },

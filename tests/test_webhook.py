@@ -194,7 +194,7 @@ def test_malformed_pods_are_denied_naming_field_value_and_expectation(
     "obj",
     [
         pod("share", {"gpu-fraction": "0.5", "volcano.sh/card.name": "A100|H100"}),
-        pod("whole", **{"nvidia.com/gpu": "4"}),
+        pod("whole", None, **{"nvidia.com/gpu": "4"}),
         pod("cpu-only"),
     ],
     ids=["share", "whole", "cpu-only"],
@@ -328,7 +328,7 @@ def test_good_queues_and_other_kinds_are_allowed(
 def test_podgroup_max_member_is_not_below_min_member(
     server: tuple[WebhookServer, ssl.SSLContext],
 ) -> None:
-    group = {
+    group: dict[str, Any] = {
         "apiVersion": "kgpu.io/v1alpha1",
         "kind": "PodGroup",
         "metadata": {"name": "g", "namespace": "research"},

@@ -141,7 +141,7 @@ def test_nap_selects_the_instance_type() -> None:
 
 def test_ready_replicas_count_spanning_replicas_whole() -> None:
     assert ready_replicas([{"kind": "Deployment", "status": {"readyReplicas": 2}}], 1) == 2
-    sets = [
+    sets: list[dict[str, Any]] = [
         {"kind": "StatefulSet", "status": {"readyReplicas": 2}},
         {"kind": "StatefulSet", "status": {"readyReplicas": 1}},
         {"kind": "StatefulSet"},

@@ -3,6 +3,7 @@ design's example cluster, and workspaces."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kgpu.framework.groups import GroupNode
@@ -29,11 +30,11 @@ def gfd_node(
     allocatable: int | None = None,
     in_use: int = 0,
     cordoned: bool = False,
-    **labels: str,
+    labels: Mapping[str, str] | None = None,
 ) -> GroupNode:
     return GroupNode(
         NodeName(name),
-        {**gfd_labels(product, count, memory), **labels},
+        {**gfd_labels(product, count, memory), **(labels or {})},
         count if allocatable is None else allocatable,
         in_use,
         cordoned,
@@ -43,10 +44,10 @@ def gfd_node(
 def design_nodes(**labels: str) -> list[GroupNode]:
     """The KAITO design's example: {A100, 4, 40960}×2, {A100, 8, 81920}×1, {A10, 1, 24576}×1."""
     return [
-        gfd_node("a100-4-a", "A100", 4, 40960, **labels),
-        gfd_node("a100-4-b", "A100", 4, 40960, **labels),
-        gfd_node("a100-8-a", "A100", 8, 81920, **labels),
-        gfd_node("a10-a", "A10", 1, 24576, **labels),
+        gfd_node("a100-4-a", "A100", 4, 40960, labels=labels),
+        gfd_node("a100-4-b", "A100", 4, 40960, labels=labels),
+        gfd_node("a100-8-a", "A100", 8, 81920, labels=labels),
+        gfd_node("a10-a", "A10", 1, 24576, labels=labels),
     ]
 
 

@@ -22,7 +22,7 @@ scheduler decides, not a second opinion.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -237,8 +237,8 @@ MAX_NOTES: Final = 5
 
 def explain_from_objects(
     obj: Obj,
-    nodes: list[Obj],
-    pods: list[Obj],
+    nodes: Sequence[Obj],
+    pods: Sequence[Obj],
     scheduler_name: str,
     policy: str = "kgpu",
     queues: Iterable[Obj] = (),
