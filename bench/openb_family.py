@@ -10,9 +10,11 @@ more of them the same way, from `openb_pod_list_default.csv` with a fixed seed (
   PP% of the GPU milli (the default list: 28.5%; gpushare40 in ../shared: 40.1%);
 - ``multigpuPP``: the same for pods asking for more than one GPU (default 7.3%);
 - ``gpuspecPP``: PP% of the GPU pods, drawn at random, given a GPU-model list drawn from
-  those of `openb_pod_list_gpuspec10.csv`.
+  those of `openb_pod_list_gpuspec10.csv`;
+- ``cpuonlyPP``: as many pods as the default list, drawn with replacement so that PP% of
+  them ask for no GPU (the default list: 13.3%).
 
-CPU-only pods are kept as they are. Each variant is replayed as `kgpu simulate openb`
+Except in ``cpuonlyPP``, CPU-only pods are kept as they are. Each variant is replayed as `kgpu simulate openb`
 does (GPU nodes, tune 1.3). Prints per variant the mean final allocation per policy over
 the seeds and, with two policies, the second's gain over the first per seed.
 """
@@ -60,6 +62,14 @@ def resampled(
     return cpu_only + [dataclasses.replace(p, name=f"{p.name}-v{i}") for i, p in enumerate(drawn)]
 
 
+def with_cpu_only(pods: list[TracePod], part: float) -> list[TracePod]:
+    rng = random.Random(BUILD_SEED)
+    cpu_only = [p for p in pods if p.num_gpu == 0]
+    gpu = [p for p in pods if p.num_gpu > 0]
+    drawn = [rng.choice(cpu_only if rng.random() < part else gpu) for _ in pods]
+    return [dataclasses.replace(p, name=f"{p.name}-v{i}") for i, p in enumerate(drawn)]
+
+
 def with_specs(pods: list[TracePod], part: float) -> list[TracePod]:
     rng = random.Random(BUILD_SEED)
     specs = [p.gpu_spec for p in read_pods(OPENB / "openb_pod_list_gpuspec10.csv") if p.gpu_spec]
@@ -81,7 +91,11 @@ def variant(name: str) -> list[TracePod]:
         return resampled(default, _is_multi, part)
     if kind == "gpuspec" and part >= 0:
         return with_specs(default, part)
-    raise SystemExit(f"unknown variant {name!r}: expected gpusharePP, multigpuPP or gpuspecPP")
+    if kind == "cpuonly" and part >= 0:
+        return with_cpu_only(default, part)
+    raise SystemExit(
+        f"unknown variant {name!r}: expected gpusharePP, multigpuPP, gpuspecPP or cpuonlyPP"
+    )
 
 
 def one(job: tuple[str, str, int]) -> tuple[str, str, int, float]:
