@@ -82,16 +82,5 @@ class LeftoverModel:
         No GPU has more than 1000 milli free, so a free share needs clipping only below
         (a share that does not fit goes there)."""
         f = np.maximum(free, 0) // MILLI_STEP
-        return np.asarray(self.table[f, self._cpu_col(cpu_free)[:, None]], dtype=np.float64)
-
-    def _cpu_col(self, cpu_free: IntArray) -> IntArray:
-        return np.asarray(np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col))
-
-    def drop(self, free: IntArray, cpu_free: IntArray, milli: int, cpu: int) -> FloatArray:
-        """Leftover before minus after a share of ``milli`` and ``cpu`` goes on each GPU
-        (K,G); ``leftover`` twice, in one pass, as every share scored asks for it."""
-        table = self.table
-        before = table[free // MILLI_STEP, self._cpu_col(cpu_free)[:, None]]
-        f_after = np.maximum(free - milli, 0) // MILLI_STEP
-        after = table[f_after, self._cpu_col(cpu_free - cpu)[:, None]]
-        return np.asarray(before - after, dtype=np.float64)
+        c = np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col)
+        return np.asarray(self.table[f, c[:, None]], dtype=np.float64)

@@ -100,9 +100,9 @@ class StrandAwareFgd:
     def leftover_decrease(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         """Drop in the expected leftover of each GPU (K,G) if the share went on it."""
         model = self.leftover_model(state)
-        return model.drop(
-            state.gpu_free[nodes], state.cpu_free[nodes], pod.gpu.milli, pod.cpu_milli
-        )
+        free, cpu = state.gpu_free[nodes], state.cpu_free[nodes]
+        after = model.leftover(free - pod.gpu.milli, cpu - pod.cpu_milli)
+        return np.asarray(model.leftover(free, cpu) - after, dtype=np.float64)
 
     def stranded(self, idle_milli: IntArray, cpu_free: IntArray, mem_free: IntArray) -> FloatArray:
         """Idle milli-GPU beyond what the free CPU, or the free memory, can feed, in whole
