@@ -8,6 +8,7 @@ from kgpu.actions.run import SessionConfig, open_session
 from kgpu.actions.victims import VictimPool
 from kgpu.config import load_profile
 from kgpu.framework.session import Session
+from kgpu.model.decision import EvictionKind
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.pod import PodKey
 from kgpu.model.queue import QueueSpec
@@ -127,7 +128,9 @@ def test_victim_units_made_later_in_a_session_see_what_it_committed() -> None:
 
     assert units(session) == [["el-2"], ["el-1"], ["solo-0"], ["el-0", "el-1", "el-2"]]
     statement = session.statement()
-    statement.evict(session.job_of["default/el-2"].running[-1], "for the test")
+    statement.evict(
+        session.job_of["default/el-2"].running[-1], EvictionKind.PREEMPTED, "for the test"
+    )
     statement.allocate(more, 0, (7,), None)
     statement.commit()
     assert units(session) == [["solo-0"], ["el-1"], ["solo-0"], ["el-0", "el-1"]]
@@ -331,7 +334,9 @@ def test_queues_to_reclaim_from_follow_what_the_reclaimer_still_needs() -> None:
     statement.commit()
     assert session.victim_queues(grow, {v}) == {v}  # 3 held + 1 needed: within its 4
     statement = session.statement()
-    statement.evict(session.job_of["default/v-0"].running[0], "for the test")
+    statement.evict(
+        session.job_of["default/v-0"].running[0], EvictionKind.RECLAIMED, "for the test"
+    )
     assert session.victim_queues(grow, {v}) == set()  # v is down to its fair share
     statement.discard()
     assert session.victim_queues(grow, {v}) == {v}

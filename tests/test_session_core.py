@@ -13,6 +13,7 @@ from kgpu.framework.scheduler import Placement
 from kgpu.framework.session import Session
 from kgpu.framework.statement import Statement
 from kgpu.framework.status import Code, Status
+from kgpu.model.decision import EvictionKind
 from kgpu.model.job import JobInfo, Task
 from kgpu.model.queue import QueueSpec
 from kgpu.plugins.registry import build_scheduler
@@ -86,7 +87,7 @@ def test_statement_discard_undoes_in_reverse_and_restores_everything() -> None:
     before = (dict(snap.state.allocations), snap.state.gpu_free.copy())
     ledger_before = [dict(v) for v in session.ledger.allocated]
     statement = Statement(session)
-    statement.evict(victim, "for the test")
+    statement.evict(victim, EvictionKind.PREEMPTED, "for the test")
     statement.allocate(fresh, 0, (0, 1, 2, 3), None)
     assert session.ledger.allocated[session.tree.index["q"]]["gpu"] == 4000
     statement.discard()
@@ -117,13 +118,13 @@ def test_what_failed_to_fit_is_tried_again_once_room_is_freed_and_only_then() ->
     gang.allocate(filler, 0, (2, 3), None)
     assert not fits()
     trial = session.statement()
-    trial.evict(old, "")
+    trial.evict(old, EvictionKind.PREEMPTED, "")
     assert fits()
     trial.discard()  # a trial of victims undone: exactly the state where big failed
     assert not fits()
     gang.discard()
     taken = session.statement()
-    taken.evict(old, "for the test")
+    taken.evict(old, EvictionKind.PREEMPTED, "for the test")
     taken.commit()
     assert fits()
 

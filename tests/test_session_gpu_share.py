@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kgpu.actions.run import SessionConfig, open_session
 from kgpu.config import load_profile
+from kgpu.model.decision import EvictionKind
 from kgpu.model.gpu import GpuRequest, mig_instances, mps_replicas
 from kgpu.model.queue import QueueSpec
 from kgpu.plugins.registry import build_scheduler
@@ -61,7 +62,7 @@ def test_what_is_charged_on_placement_is_what_is_released() -> None:
     statement = session.statement()
     statement.allocate(new, snap.state.index["small"], (0,), None)  # type: ignore[index]
     assert session.ledger.allocated[q]["gpu"] == 750
-    statement.evict(old, "")
+    statement.evict(old, EvictionKind.PREEMPTED, "")
     assert session.ledger.allocated[q]["gpu"] == 500
     statement.discard()
     assert session.ledger.allocated[q] == before

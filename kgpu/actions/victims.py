@@ -26,6 +26,7 @@ from typing import NamedTuple
 from kgpu.actions.placement import Option, Placer
 from kgpu.framework.session import Session
 from kgpu.framework.statement import Statement
+from kgpu.model.decision import EvictionKind
 from kgpu.model.job import JobInfo, Task
 from kgpu.model.pod import PodSpec
 from kgpu.model.resources import Vector
@@ -262,6 +263,7 @@ def make_room(
     ``queues`` (if given) are the only queues victims may come from; ``refused`` collects
     the ranks of units the judges turned down, which stay turned down for the statement."""
     refused = set() if refused is None else refused
+    kind = EvictionKind.RECLAIMED if reclaim else EvictionKind.PREEMPTED
     pod, card = option
     vec = session.vector(task, card)
     best: _Choice | None = None
@@ -327,7 +329,7 @@ def make_room(
         return False
     for tasks in best.victims:
         for victim in tasks:
-            statement.evict(victim, message)
+            statement.evict(victim, kind, message)
     gpus = placer.fits(pod, best.node)
     assert gpus is not None, "a node freed in trial must fit when freed again"
     statement.allocate(task, best.node, gpus, card, pipeline=True)
@@ -425,7 +427,7 @@ def _try_node(
         if not tasks or (trial.ops and not session.victim_ok(job, tasks, reclaim)):
             continue
         for victim in tasks:
-            trial.evict(victim, "")
+            trial.evict(victim, EvictionKind.PREEMPTED, "")  # undone: the kind is never read
         victims.append(tasks)
         ranks.append(unit.rank)
         count += len(tasks)

@@ -480,9 +480,10 @@ class Session:
                 self.result.nominations.append(Nomination(pod.key, node, op.alloc.gpus))
                 self._provisional.append(op)
             else:
-                reason = "Reclaimed" if op.message.startswith("reclaimed") else "Preempted"
-                self.result.evictions.append(Evict(pod.key, node, reason, op.message))
-                self.event(pod.key, "Pod", "Warning", reason, op.message)
+                kind = op.eviction
+                assert kind is not None, "an eviction's statement names its kind"
+                self.result.evictions.append(Evict(pod.key, node, kind, op.message))
+                self.event(pod.key, "Pod", "Warning", kind.value, op.message)
                 self._provisional.append(op)
 
     def close(self) -> SessionResult:

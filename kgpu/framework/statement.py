@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kgpu.model.decision import EvictionKind
 from kgpu.model.job import JobInfo, Task
 from kgpu.model.resources import Vector
 from kgpu.state.cluster import Allocation
@@ -28,6 +29,7 @@ class Op:
     vec: Vector
     index: int  # where the task sat in its job's list, to put it back there
     message: str = ""
+    eviction: EvictionKind | None = None  # why, for an eviction
 
 
 class Statement:
@@ -52,7 +54,7 @@ class Statement:
         s.cards[task.pod.key] = card
         self.ops.append(Op("pipeline" if pipeline else "allocate", task, job, alloc, vec, index))
 
-    def evict(self, task: Task, message: str) -> None:
+    def evict(self, task: Task, kind: EvictionKind, message: str) -> None:
         s = self.session
         job = s.job_of[task.pod.key]
         index = job.running.index(task)
@@ -62,7 +64,7 @@ class Statement:
         del job.running[index]
         s.releases += 1
         s.new_room_mark()
-        self.ops.append(Op("evict", task, job, alloc, vec, index, message=message))
+        self.ops.append(Op("evict", task, job, alloc, vec, index, message, kind))
 
     def discard(self) -> None:
         s = self.session

@@ -8,6 +8,7 @@ its own state). Pending pods and their reasons are reported beside them by the s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey
@@ -21,12 +22,24 @@ class Bind:
     gpu_milli: int
 
 
+class EvictionKind(Enum):
+    """Why a pod is evicted; its value is the reason of the pod's Warning event."""
+
+    PREEMPTED = "Preempted"  # for a job of its own queue (the preempt action)
+    RECLAIMED = "Reclaimed"  # for a queue below its fair share (the reclaim action)
+
+
 @dataclass(frozen=True, slots=True)
 class Evict:
     pod: PodKey
     node: NodeName
-    reason: str  # "Preempted" or "Reclaimed"
+    kind: EvictionKind
     message: str
+
+    @property
+    def reason(self) -> str:
+        """The event reason: ``Preempted`` or ``Reclaimed``."""
+        return self.kind.value
 
 
 @dataclass(frozen=True, slots=True)
