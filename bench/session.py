@@ -36,9 +36,10 @@ import numpy as np
 import numpy.typing as npt
 
 from kgpu import core_build
-from kgpu.actions.run import ACTIONS, SessionConfig, open_session
+from kgpu.actions.session_runner import SessionConfig, run_session
 from kgpu.config import load_profile
-from kgpu.framework.session import SessionResult, Snapshot, collector_paused
+from kgpu.framework.session import Snapshot
+from kgpu.framework.session_result import SessionResult
 from kgpu.model.fair_share import fair_shares
 from kgpu.model.gpu import NO_GPU, GpuRequest, gpu_share, whole_gpus
 from kgpu.model.job import JobKey, JobSpec, Task
@@ -248,23 +249,10 @@ def build_snapshot(nodes: int, running: int, pending: int, seed: int, mix: str) 
 
 
 def run_once(snapshot: Snapshot, policy: str) -> tuple[dict[str, float], SessionResult]:
-    """One session over ``snapshot``, timed step by step."""
-    config = SessionConfig()
+    """One session over ``snapshot``, timed step by step (by the runner)."""
     scheduler = build_scheduler(load_profile(policy))
-    times: dict[str, float] = {}
-    with collector_paused():  # as run_session does
-        t0 = time.perf_counter()
-        session = open_session(snapshot, scheduler, config)
-        times["open"] = time.perf_counter() - t0
-        for name in config.actions:
-            t = time.perf_counter()
-            ACTIONS[name]().execute(session)
-            times[name] = time.perf_counter() - t
-        t = time.perf_counter()
-        result = session.close()
-        times["close"] = time.perf_counter() - t
-        times["session"] = time.perf_counter() - t0
-    return times, result
+    result = run_session(snapshot, scheduler, SessionConfig())
+    return result.seconds, result
 
 
 def next_cycle(

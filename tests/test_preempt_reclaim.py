@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kgpu.actions.run import SessionConfig, open_session
+from kgpu.actions.session_runner import SessionConfig, open_session
 from kgpu.actions.victims import VictimPool
 from kgpu.config import load_profile
 from kgpu.framework.session import Session

@@ -167,7 +167,7 @@ def test_close_leaves_the_snapshot_plus_binds_only() -> None:
 
 
 def test_session_configuration_comes_from_the_profile_plugin_args() -> None:
-    from kgpu.actions.run import SessionConfig, session_config
+    from kgpu.actions.session_runner import SessionConfig, session_config
     from kgpu.framework.profile import Profile
 
     profile = Profile(

@@ -4,7 +4,7 @@ replica and a MIG instance as their share of a GPU."""
 
 from __future__ import annotations
 
-from kgpu.actions.run import SessionConfig, open_session
+from kgpu.actions.session_runner import SessionConfig, open_session
 from kgpu.config import load_profile
 from kgpu.model.decision import EvictionKind
 from kgpu.model.gpu import GpuRequest, mig_instances, mps_replicas

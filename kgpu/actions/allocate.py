@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import Placer, best_effort, placer_of
 from kgpu.framework.scheduler import Placement, Scheduler
-from kgpu.framework.session import Key, Pending, Session, SessionResult
+from kgpu.framework.session import Key, Session
+from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
 from kgpu.framework.status import Code, Status
 from kgpu.model.decision import Bind, Event
 from kgpu.model.job import JobInfo
@@ -46,18 +47,14 @@ def allocate(state: ClusterState, scheduler: Scheduler, pods: Sequence[PodSpec])
         pod = pods[i]
         outcome = scheduler.schedule(state, pod)
         if isinstance(outcome, Placement):
-            state.allocate(pod, outcome.node, outcome.gpus)
+            alloc = state.allocate(pod, outcome.node, outcome.gpus)
             node = state.nodes[outcome.node].name
             result.binds.append(Bind(pod.key, node, outcome.gpus, pod.gpu.milli))
-            where = f"{node}" + (
-                f" (GPUs {','.join(map(str, outcome.gpus))})" if outcome.gpus else ""
-            )
-            result.events.append(
-                Event(pod.key, "Normal", "Scheduled", f"Successfully assigned {pod.key} to {where}")
-            )
+            result.allocations[pod.key] = alloc
+            result.events.append(scheduled_event(pod.key, node, outcome.gpus))
         else:
             result.pending.append(Pending(pod.key, outcome.status, outcome.message))
-            result.events.append(Event(pod.key, "Warning", "FailedScheduling", outcome.message))
+            result.events.append(failed_event(pod.key, outcome.message))
     return result
 
 

@@ -34,11 +34,12 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kgpu.framework.charges import GpuCharges
 from kgpu.framework.scheduler import Scheduler
+from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
 from kgpu.framework.statement import Op, Statement
 from kgpu.framework.status import Code, Status
 from kgpu.model.card import NAME_ANNOTATION, card_units, node_cards
@@ -76,24 +77,6 @@ def _card_units(card: str, gpu: GpuRequest, milli: int) -> int:
     counts the GPU share, which for a memory-only request is ``milli`` (``card_units``
     reads only the request, where that share is 0)."""
     return card_units(card, gpu) or milli
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    pod: PodKey
-    status: Status
-    message: str
-
-
-@dataclass(slots=True)
-class SessionResult:
-    binds: list[Bind] = field(default_factory=list)
-    pending: list[Pending] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    evictions: list[Evict] = field(default_factory=list)
-    nominations: list[Nomination] = field(default_factory=list)
-    allocated: dict[str, Vector] = field(default_factory=dict)  # per queue, at close
-    fair: dict[str, Vector] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -466,16 +449,8 @@ class Session:
             pod, node = op.task.pod, names[op.alloc.node].name
             if op.kind == "allocate":
                 self.result.binds.append(Bind(pod.key, node, op.alloc.gpus, op.alloc.gpu_milli))
-                where = f"{node}" + (
-                    f" (GPUs {','.join(map(str, op.alloc.gpus))})" if op.alloc.gpus else ""
-                )
-                self.event(
-                    pod.key,
-                    "Pod",
-                    "Normal",
-                    "Scheduled",
-                    f"Successfully assigned {pod.key} to {where}",
-                )
+                self.result.allocations[pod.key] = op.alloc
+                self.result.events.append(scheduled_event(pod.key, node, op.alloc.gpus))
             elif op.kind == "pipeline":
                 self.result.nominations.append(Nomination(pod.key, node, op.alloc.gpus))
                 self._provisional.append(op)
@@ -500,7 +475,7 @@ class Session:
                 key = task.pod.key
                 status = self.invalid(job) if job.problem else self.statuses.get(key, NOT_TRIED)
                 result.pending.append(Pending(key, status, status.message))
-                self.event(key, "Pod", "Warning", "FailedScheduling", status.message)
+                result.events.append(failed_event(key, status.message))
         for q, spec in enumerate(self.tree.specs):
             result.allocated[spec.name] = dict(self.ledger.allocated[q])
             result.fair[spec.name] = dict(self.ledger.fair[q])

@@ -40,6 +40,7 @@ from kgpu.kube.resources import uid
 from kgpu.kube.snapshot import Assumed, PendingPod, Snapshot, pod_fields
 from kgpu.kube.waiting import WaitingBook
 from kgpu.model.pod import PodKey
+from kgpu.state.records import Allocation
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +76,16 @@ class HandOver:
         self.uncertain_grace = uncertain_grace
         self.bound = 0  # binds done, for benchmarks and logs
 
-    def hand_over(self, snap: Snapshot, bind: Bind, seen: PendingPod, message: str) -> None:
+    def hand_over(
+        self, snap: Snapshot, bind: Bind, alloc: Allocation, seen: PendingPod, message: str
+    ) -> None:
+        """Carry out ``bind``, whose pod the session gave ``alloc`` (its devices) in
+        ``snap.state``."""
         current = self.pods.get(bind.pod)
         if current is None or uid(current) != uid(seen.obj) or pod_fields(current)[1]:
             undo(snap.state, bind)  # deleted (or bound by someone) while the session decided
             return
         entry = Assumed(uid(current), seen.spec, bind.node, bind.gpus)
-        alloc = snap.state.allocations[bind.pod]
         # Everything the pod holds on its node (GPU minors and memory, MIG, RDMA, FPGA),
         # not only whole or shared GPUs: the node agent reads the devices from here.
         held = alloc.gpus or alloc.rdma or alloc.fpga or alloc.mig_count

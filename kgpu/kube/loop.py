@@ -10,7 +10,8 @@ A session (on the loop's thread):
    first, then oldest;
 3. run a session over them, in their jobs and queues (:mod:`kgpu.kube.queue_session`), with
    the profile's actions (``pluginArgs.session``; by default enqueue, allocate, backfill,
-   reclaim, preempt): the same core the simulator runs;
+   reclaim, preempt): the same runner the simulator uses
+   (:func:`kgpu.actions.session_runner.run_session`), whose result is all the loop reads;
 4. hand each bind over (:mod:`kgpu.kube.handover`): recorded as assumed first, so the
    next session, which may start while these binds are in flight, counts its resources,
    then bound by a pool of binders (:mod:`kgpu.kube.binder`); hand each eviction to the
@@ -38,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgpu.actions.run import session_config
+from kgpu.actions.session_runner import run_session, session_config
 from kgpu.config import load_profile
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
@@ -49,8 +50,7 @@ from kgpu.kube.handover import HandOver
 from kgpu.kube.informer import Informer
 from kgpu.kube.metrics import SchedulerMetrics
 from kgpu.kube.queue_session import QueueObjects, QueueReader, assemble, job_of
-from kgpu.kube.queue_session import run as run_queue_session
-from kgpu.kube.queue_status import StatusWriter, queue_figures
+from kgpu.kube.queue_status import StatusWriter
 from kgpu.kube.resources import meta, object_key, resource_version, uid
 from kgpu.kube.snapshot import Assumed, PendingPod, Problem, Snapshot, SnapshotBuilder, pod_fields
 from kgpu.kube.waiting import PREEMPTING, WaitingBook, WaitTimes
@@ -359,13 +359,16 @@ class SchedulerLoop:
         leaving = self._book.victims_leaving(batch, snap.terminating)
         made = assemble(snap, batch, assumed, objects, victims_leaving=frozenset(leaving))
         scheduler = self._scheduler_for(snap)
-        session = run_queue_session(made.snapshot, scheduler, self.session_config)
-        result = session.result
+        # Only jobs with a PodGroup object get a status: every other pod is a job of its
+        # own, and figures for each, every session, were most of the status write's cost.
+        groups = objects.podgroup_objs
+        result = run_session(made.snapshot, scheduler, self.session_config, groups)
         stats.decided = len(batch)
         chosen = {p.spec.key: p for p in batch}
         said = {e.pod: e.message for e in result.events if e.reason == "Scheduled"}
         for bind in result.binds:
-            self._binds.hand_over(snap, bind, chosen[bind.pod], said.get(bind.pod, ""))
+            alloc = result.allocations[bind.pod]
+            self._binds.hand_over(snap, bind, alloc, chosen[bind.pod], said.get(bind.pod, ""))
             stats.binds += 1
         # A preemptor placed nowhere while its victims leave keeps waiting for them.
         waits = [
@@ -390,13 +393,13 @@ class SchedulerLoop:
             self._evictor.evict(result.evictions, by_key.get)
         for event in result.events:
             job = JobKey(event.pod)
-            group = objects.podgroup_objs.get(job) if event.kind == "PodGroup" else None
+            group = groups.get(job) if event.kind == "PodGroup" else None
             if group is not None and self._group_events.get(event.pod) != event.message:
                 self._group_events[event.pod] = event.message
                 self.recorder.emit(group, event.type, event.reason, event.message)
         if leader:
-            self._status.write(session, objects, by_key)
-        self.metrics.set_queues(queue_figures(session))
+            self._status.write(result, objects, by_key)
+        self.metrics.set_queues(result.queues)
 
     def _warn(self, problems: list[Problem], *, by_message: bool = False) -> None:
         """Warn once per object version about what could not be read (``by_message``: once

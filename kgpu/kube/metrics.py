@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from kgpu.kube.queue_status import QueueFigures
+from kgpu.framework.session_result import QueueFigures
 from kgpu.model.resources import MEMORY, MILLI
 from kgpu.model.units import MIB
 

@@ -1,6 +1,7 @@
 """A live session's input: the cache snapshot's pods as jobs and tasks, in their queues.
 
-What goes into the session (:class:`kgpu.framework.session.Session`):
+The session itself runs through :func:`kgpu.actions.session_runner.run_session`, the one
+runner. What goes into it (:class:`kgpu.framework.session.Snapshot`):
 
 - the queues: every Queue that can be read (one that cannot gets a Warning and is left out,
   so its jobs wait with "queue ... does not exist or is invalid"); the session adds the
@@ -32,9 +33,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kgpu.actions.run import ACTIONS, SessionConfig, open_session
-from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import Session, collector_paused
 from kgpu.framework.session import Snapshot as SessionSnapshot
 from kgpu.kube.convert import ConversionError
 from kgpu.kube.queues import pod_group_of, podgroup_from_k8s, podgroup_priority, queue_from_k8s
@@ -212,18 +210,6 @@ def assemble(
     queues = objects.queues if objects.enforced else []
     session = SessionSnapshot(snap.state, queues, jobs, tasks, now, victims_leaving)
     return SessionInput(session, blocked)
-
-
-def run(snapshot: SessionSnapshot, scheduler: Scheduler, config: SessionConfig) -> Session:
-    """Open the session, run the configured actions in order, close it; the closed session
-    (``result``, ``jobs``, ``tree``, ``ledger``) is what the status writer reads. The cycle
-    collector is paused throughout, as in the simulator (``collector_paused``)."""
-    with collector_paused():
-        session = open_session(snapshot, scheduler, config)
-        for name in config.actions:
-            ACTIONS[name]().execute(session)
-        session.close()
-    return session
 
 
 def job_of(pod: PodSpec) -> JobKey:

@@ -18,6 +18,9 @@ PodGroup status (each PodGroup with pods in the session):
 - conditions ``Scheduled`` (True once the gang is placed) and ``Unschedulable`` (True with
   the reason code and message of the first pod still waiting, while the gang is not placed).
 
+Both are read off the session's result, as data (``SessionResult.queues`` and ``.jobs``,
+the figures of the jobs that have a PodGroup object), never off a live session.
+
 The API server is slow, so a status is patched only when it differs from what the cache
 shows, and not again while the cache has not caught up with our own write. Only the leader
 calls this; a write that fails is logged and tried again next session.
@@ -28,11 +31,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kgpu.framework.session import Session
+from kgpu.framework.session_result import JobFigures, QueueFigures, SessionResult
 from kgpu.kube.client import KubeClient
 from kgpu.kube.errors import KubeError
 from kgpu.kube.events import now_rfc3339
@@ -41,62 +43,11 @@ from kgpu.kube.queues import quantity_text
 from kgpu.kube.resources import PODGROUPS, QUEUES, Resource, meta, resource_version, uid
 from kgpu.model.job import JobKey
 from kgpu.model.resources import BASE, MILLI, Vector
-from kgpu.plugins.proportion import capacity
 
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
 Submit = Callable[[Callable[[], None]], object]
-
-
-@dataclass(frozen=True, slots=True)
-class CardFigures:
-    """One queue's figures for one card, in milli-cards."""
-
-    deserved: int = 0
-    allocated: int = 0
-    request: int = 0
-    capacity: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class QueueFigures:
-    """One queue's figures after a session, in the core's units (see model.resources)."""
-
-    name: str
-    allocated: Vector
-    deserved: Vector
-    fair: Vector
-    cards: Mapping[str, CardFigures] = field(default_factory=dict)
-
-
-def queue_figures(session: Session) -> list[QueueFigures]:
-    """Every queue of the session's tree (``default`` included), as it closed."""
-    tree, ledger = session.tree, session.ledger
-    cluster = capacity(session.state)
-    out = []
-    for q, spec in enumerate(tree.specs):
-        allocated, demand = ledger.allocated[q], ledger.demand[q]
-        names = {*spec.deserved, *spec.limit, *allocated, *demand} - set(BASE)
-        cards = {
-            card: CardFigures(
-                spec.deserved.get(card, 0),
-                max(allocated.get(card, 0), 0),
-                max(demand.get(card, 0), 0),
-                spec.limit.get(card, cluster.get(card, 0)),
-            )
-            for card in sorted(names)
-        }
-        out.append(
-            QueueFigures(
-                spec.name,
-                {r: max(allocated.get(r, 0), 0) for r in BASE},
-                {r: spec.deserved.get(r, 0) for r in BASE},
-                {r: ledger.fair[q].get(r, 0) for r in BASE},
-                cards,
-            )
-        )
-    return out
 
 
 def queue_status(figures: QueueFigures | None, problem: str) -> dict[str, Any]:
@@ -124,27 +75,20 @@ def queue_status(figures: QueueFigures | None, problem: str) -> dict[str, Any]:
     }
 
 
-def podgroup_statuses(
-    session: Session, pod_phases: Mapping[str, str], only: Container[str] | None = None
-) -> dict[str, Any]:
-    """Status per job key of the session's PodGroup jobs (``pod_phases``: pod key → phase),
-    of the jobs in ``only`` when given."""
-    waiting = {p.pod: p.status for p in session.result.pending}
-    nominated = {n.pod for n in session.result.nominations}
+def podgroup_statuses(jobs: Iterable[JobFigures], pod_phases: Mapping[str, str]) -> dict[str, Any]:
+    """Status per job key of ``jobs`` (``pod_phases``: pod key → phase)."""
     out: dict[str, Any] = {}
-    for job in session.jobs:
-        if only is not None and job.key not in only:
-            continue
-        scheduled = len(job.running) + len([t for t in job.placed if t.key not in nominated])
-        running = sum(1 for t in job.running if pod_phases.get(t.key) == "Running")
-        ready = scheduled >= job.spec.min_member
+    for job in jobs:
+        scheduled = job.scheduled
+        running = sum(1 for key in job.running if pod_phases.get(key) == "Running")
+        ready = scheduled >= job.min_member
         if ready:
             phase = "Running"
-        elif job.admitted and not job.problem:
+        elif job.admitted:
             phase = "Inqueue"
         else:
             phase = "Pending"
-        text = f"{scheduled} of {job.spec.min_member} pods scheduled"
+        text = f"{scheduled} of {job.min_member} pods scheduled"
         conditions = [
             {
                 "type": "Scheduled",
@@ -153,7 +97,7 @@ def podgroup_statuses(
                 "message": text,
             }
         ]
-        first = next((waiting[t.pod.key] for t in job.pending if t.pod.key in waiting), None)
+        first = job.waiting
         if ready or first is None:
             stuck = {"status": "False", "reason": "Scheduled", "message": text}
         else:
@@ -227,22 +171,22 @@ class StatusWriter:
         # A write failed, or waited for an older one: the next session runs even if idle.
         self.retry = False
 
-    def write(self, session: Session, objects: QueueObjects, pods: Mapping[str, Obj]) -> None:
-        figures = {f.name: f for f in queue_figures(session)}
+    def write(self, result: SessionResult, objects: QueueObjects, pods: Mapping[str, Obj]) -> None:
+        """Queue status from ``result.queues``; PodGroup status from ``result.jobs`` (the
+        session's figures of the jobs with a PodGroup object: ``report_jobs``)."""
+        figures = {f.name: f for f in result.queues}
         for name, obj in objects.queue_objs.items():
             problem = objects.invalid.get(name, f"Queue {name} is not usable")
             self._maybe(QUEUES, obj, queue_status(figures.get(name), problem))
-        # Only jobs with a PodGroup object get a status: every other pod is a job of its
-        # own, and a status for each, every session, was most of this write's cost.
         groups = objects.podgroup_objs
-        phases = {
-            t.key: _phase(pod)
-            for job in session.jobs
-            if job.key in groups
-            for t in job.running
-            if (pod := pods.get(t.key)) is not None
+        jobs = [job for job in result.jobs if job.key in groups]
+        phases: dict[str, str] = {
+            key: _phase(pod)
+            for job in jobs
+            for key in job.running
+            if (pod := pods.get(key)) is not None
         }
-        for key, status in podgroup_statuses(session, phases, groups).items():
+        for key, status in podgroup_statuses(jobs, phases).items():
             self._maybe(PODGROUPS, groups[JobKey(key)], status)
         self._forget(
             {uid(o) for o in (*objects.queue_objs.values(), *objects.podgroup_objs.values())}

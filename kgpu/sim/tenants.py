@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kgpu.actions.run import SessionConfig, run_session
+from kgpu.actions.session_runner import SessionConfig, run_session
 from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import SessionResult, Snapshot
+from kgpu.framework.session import Snapshot
+from kgpu.framework.session_result import SessionResult
 from kgpu.model.gpu import gpu_share, whole_gpus
 from kgpu.model.job import JobKey, JobSpec, Task
 from kgpu.model.node import NodeInfo, NodeName
@@ -175,15 +176,15 @@ def simulate_tenants(
         sim.finish(cycle)
         for tenant in tenants:
             sim.submit(cycle, tenant)
-        session, elapsed = sim.step(cycle, scheduler, config)
+        decided, elapsed = sim.step(cycle, scheduler, config)
         held = dict.fromkeys(names, 0)
         for pod in sim.pods.values():
             if pod.ends >= 0:
                 held[pod.task.pod.queue] += pod.task.pod.gpu.total_milli
         for name in names:
             result.share[name].append(held[name] / total)
-            result.fair[name].append(session.fair.get(name, {}).get("gpu", 0) / total)
-        result.evictions.append(len(session.evictions))
+            result.fair[name].append(decided.fair.get(name, {}).get("gpu", 0) / total)
+        result.evictions.append(len(decided.evictions))
         result.session_s.append(elapsed)
     return result
 

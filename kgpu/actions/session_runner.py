@@ -1,6 +1,12 @@
-"""A whole session from a snapshot: plugins and actions named by configuration.
+"""The one session runner: a snapshot in, plugins and actions named by configuration, data out.
 
     result = run_session(snapshot, scheduler, SessionConfig(actions=("allocate",)))
+
+The live loop, the simulators and the benchmarks all run sessions through ``run_session``
+and read only its :class:`~kgpu.framework.session_result.SessionResult`: binds with their
+devices, evictions with their kind, nominations, pending pods with reasons, events, the
+queues' figures, the figures of the jobs named in ``report_jobs`` (the live loop's
+PodGroups) and how long each step took. No caller holds the live session.
 
 The configuration comes from a profile's ``pluginArgs`` under ``session``::
 
@@ -16,7 +22,8 @@ Actions run in the order given. Plugins are asked in the order given: for victim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Container, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -28,8 +35,10 @@ from kgpu.actions.preempt import Preempt
 from kgpu.actions.reclaim import Reclaim
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import Action, Session, SessionResult, Snapshot, collector_paused
+from kgpu.framework.session import Action, Session, Snapshot, collector_paused
+from kgpu.framework.session_result import SessionResult, job_figures, queue_figures
 from kgpu.plugins import names
+from kgpu.plugins.proportion import capacity
 from kgpu.plugins.registry import build_session_plugins
 
 ACTIONS: Mapping[str, type[Action]] = {
@@ -70,13 +79,30 @@ def open_session(snapshot: Snapshot, scheduler: Scheduler, config: SessionConfig
 
 
 def run_session(
-    snapshot: Snapshot, scheduler: Scheduler, config: SessionConfig | None = None
+    snapshot: Snapshot,
+    scheduler: Scheduler,
+    config: SessionConfig | None = None,
+    report_jobs: Container[str] = (),
 ) -> SessionResult:
-    """Open a session, run the configured actions in order, close it (with the cycle
-    collector paused throughout: see ``collector_paused``)."""
+    """Open a session, run the configured actions in order, close it, and return what it
+    decided with the queues' figures and those of the jobs in ``report_jobs``. The cycle
+    collector is paused throughout: see ``collector_paused``."""
     config = config or SessionConfig()
     with collector_paused():
+        started = time.perf_counter()
+        seconds: dict[str, float] = {}
         session = open_session(snapshot, scheduler, config)
+        mark = time.perf_counter()
+        seconds["open"] = mark - started
         for name in config.actions:
             ACTIONS[name]().execute(session)
-        return session.close()
+            now = time.perf_counter()
+            seconds[name], mark = now - mark, now
+        result = session.close()
+        state = session.state
+        result.queues = queue_figures(session.tree, session.ledger, lambda: capacity(state))
+        result.jobs = job_figures(session.jobs, result, report_jobs)
+        seconds["close"] = time.perf_counter() - mark
+        seconds["session"] = time.perf_counter() - started
+        result.seconds = seconds
+        return result
