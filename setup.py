@@ -42,6 +42,7 @@ COMPILED = [
     "kgpu/framework/cycle.py",
     "kgpu/framework/scheduler.py",
     "kgpu/framework/session.py",
+    "kgpu/framework/session_callbacks.py",
     "kgpu/framework/session_result.py",
     "kgpu/framework/shape_cache.py",
     "kgpu/framework/statement.py",

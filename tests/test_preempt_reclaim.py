@@ -328,15 +328,15 @@ def test_queues_to_reclaim_from_follow_what_the_reclaimer_still_needs() -> None:
     )
     grow, v = session.job_of["default/grow-0"], session.tree.index["v"]
     assert session.ledger.fair[v]["gpu"] == 4000
-    assert session.victim_queues(grow, {v}) == {v}
+    assert session.callbacks.victim_queues(grow, {v}) == {v}
     statement = session.statement()
     statement.allocate(first, 0, (7,), None)
     statement.commit()
-    assert session.victim_queues(grow, {v}) == {v}  # 3 held + 1 needed: within its 4
+    assert session.callbacks.victim_queues(grow, {v}) == {v}  # 3 held + 1 needed: within its 4
     statement = session.statement()
     statement.evict(
         session.job_of["default/v-0"].running[0], EvictionKind.RECLAIMED, "for the test"
     )
-    assert session.victim_queues(grow, {v}) == set()  # v is down to its fair share
+    assert session.callbacks.victim_queues(grow, {v}) == set()  # v is down to its fair share
     statement.discard()
-    assert session.victim_queues(grow, {v}) == {v}
+    assert session.callbacks.victim_queues(grow, {v}) == {v}

@@ -31,11 +31,13 @@ class _Recorder:
         self.judge = judge
 
     def on_open(self, session: Session) -> None:
-        session.job_order.append(lambda job: (self.order if job.key.endswith("b") else 0,))
+        session.callbacks.job_order.append(
+            lambda job: (self.order if job.key.endswith("b") else 0,)
+        )
         if self.refuse:
             refusal = Status(Code.UNSCHEDULABLE, (self.refuse,), self.name, "Refused")
-            session.allocatable.append(lambda job, task, vec: refusal)
-        session.preemptable.append(lambda job, unit: self.judge)
+            session.callbacks.allocatable.append(lambda job, task, vec: refusal)
+        session.callbacks.preemptable.append(lambda job, unit: self.judge)
 
 
 def _session(snap: Snap, *plugins: _Recorder) -> Session:
@@ -53,11 +55,20 @@ def _two_jobs() -> Snap:
 
 def test_orders_combine_first_plugin_that_tells_apart_decides() -> None:
     session = _session(_two_jobs(), _Recorder("tie", 0), _Recorder("b-first", -1))
-    assert [j.key for j in sorted(session.jobs, key=session.job_key)] == ["default/b", "default/a"]
+    assert [j.key for j in sorted(session.jobs, key=session.callbacks.job_key)] == [
+        "default/b",
+        "default/a",
+    ]
     session = _session(_two_jobs(), _Recorder("a-first", 1), _Recorder("b-first", -1))
-    assert [j.key for j in sorted(session.jobs, key=session.job_key)] == ["default/a", "default/b"]
+    assert [j.key for j in sorted(session.jobs, key=session.callbacks.job_key)] == [
+        "default/a",
+        "default/b",
+    ]
     session = _session(_two_jobs())  # no plugin: creation time
-    assert [j.key for j in sorted(session.jobs, key=session.job_key)] == ["default/a", "default/b"]
+    assert [j.key for j in sorted(session.jobs, key=session.callbacks.job_key)] == [
+        "default/a",
+        "default/b",
+    ]
 
 
 def test_allocatable_all_must_pass_and_the_first_refusal_is_the_reason() -> None:
@@ -72,9 +83,11 @@ def test_victim_judges_must_all_accept_and_none_means_no_victims() -> None:
     snap = _two_jobs()
     job: JobInfo = _session(snap).jobs[0]
     unit: Sequence[Task] = snap.tasks[:1]
-    assert not _session(snap).victim_ok(job, unit, reclaim=False)
-    assert _session(snap, _Recorder("y"), _Recorder("z")).victim_ok(job, unit, reclaim=False)
-    assert not _session(snap, _Recorder("y"), _Recorder("n", judge=False)).victim_ok(
+    assert not _session(snap).callbacks.victim_ok(job, unit, reclaim=False)
+    assert _session(snap, _Recorder("y"), _Recorder("z")).callbacks.victim_ok(
+        job, unit, reclaim=False
+    )
+    assert not _session(snap, _Recorder("y"), _Recorder("n", judge=False)).callbacks.victim_ok(
         job, unit, reclaim=False
     )
 

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import Placer, best_effort, placer_of
 from kgpu.framework.scheduler import Placement, Scheduler
-from kgpu.framework.session import Key, Session
+from kgpu.framework.session import Session
+from kgpu.framework.session_callbacks import Key
 from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
 from kgpu.framework.status import Code, Status
 from kgpu.model.decision import Bind, Event
@@ -71,7 +72,7 @@ def schedulable(session: Session, job: JobInfo) -> bool:
 
 def gang_message(session: Session, job: JobInfo, placed: int, why: Status) -> Status:
     """The reason a gang waits: its first refusal, and how far the gang got."""
-    if session.ready(job, job.alive + placed + 1) and placed == 0:
+    if session.callbacks.ready(job, job.alive + placed + 1) and placed == 0:
         return why  # a job of one pod: the pod's own reason says it all
     text = f"{why.message} (gang {job.key}: {job.alive + placed} of {job.spec.min_member} pods fit)"
     return Status(why.code, (text,), why.plugin, why.reason_code)
@@ -83,13 +84,13 @@ def place_gang(session: Session, placer: Placer, job: JobInfo) -> bool:
     why: Status | None = None
     placed = 0
     for task in list(job.pending):
-        if session.ready(job):
+        if session.callbacks.ready(job):
             break
         why = placer.place(statement, task)
         if why is not None:
             break
         placed += 1
-    if session.ready(job):
+    if session.callbacks.ready(job):
         statement.commit()
         return True
     statement.discard()
@@ -121,9 +122,9 @@ class Allocate:
                 continue
             if best_effort(job.pending[0]) and all(best_effort(t) for t in job.pending):
                 continue  # (the first pod mostly settles it, without a generator)
-            if gangs == session.ready(job) or job.alive >= job.max_pods:
+            if gangs == session.callbacks.ready(job) or job.alive >= job.max_pods:
                 continue  # the gang pass takes jobs not ready yet, the extras pass ready ones
-            waiting.setdefault(job.queue, []).append((session.job_key(job), job))
+            waiting.setdefault(job.queue, []).append((session.callbacks.job_key(job), job))
         for heap in waiting.values():
             heapq.heapify(heap)
         picker = QueuePicker(session, waiting)
@@ -133,7 +134,7 @@ class Allocate:
             if gangs:
                 place_gang(session, placer, job)
             elif self._extra(session, placer, job):
-                heapq.heappush(heap, (session.job_key(job), job))
+                heapq.heappush(heap, (session.callbacks.job_key(job), job))
             picker.served(bool(heap))
 
     def _extra(self, session: Session, placer: Placer, job: JobInfo) -> bool:

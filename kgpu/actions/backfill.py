@@ -29,7 +29,7 @@ class Backfill:
                 why = placer.place(statement, task)
                 if why is not None:
                     session.note(job, why, [task])
-            if session.ready(job):
+            if session.callbacks.ready(job):
                 statement.commit()
             else:
                 statement.discard()

@@ -24,8 +24,8 @@ class Enqueue:
             for job in session.jobs
             if not job.problem and job.pending and not job.running and not job.placed
         ]
-        queue_keys = {q: session.queue_key(q) for q in {job.queue for job in candidates}}
-        candidates.sort(key=lambda job: (queue_keys[job.queue], session.job_key(job)))
+        queue_keys = {q: session.callbacks.queue_key(q) for q in {job.queue for job in candidates}}
+        candidates.sort(key=lambda job: (queue_keys[job.queue], session.callbacks.job_key(job)))
         for job in candidates:
             need = session.need(job)
             for resource, amount in job.spec.min_resources.items():
@@ -38,5 +38,4 @@ class Enqueue:
                 session.event(job.key, "PodGroup", "Warning", verdict.reason_code, verdict.message)
                 continue
             session.ledger.admit(job.queue, need)
-            for handler in session.on_admit:
-                handler(job)
+            session.callbacks.admit(job)

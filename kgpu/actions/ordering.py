@@ -13,7 +13,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from kgpu.framework.session import Key, Session
+from kgpu.framework.session import Session
+from kgpu.framework.session_callbacks import Key
 
 
 class QueuePicker:
@@ -25,7 +26,9 @@ class QueuePicker:
         for leaf in leaves:
             active.update(tree.path[leaf])
         for q in sorted(active):
-            heapq.heappush(self.heaps.setdefault(tree.parent[q], []), (session.queue_key(q), q))
+            heapq.heappush(
+                self.heaps.setdefault(tree.parent[q], []), (session.callbacks.queue_key(q), q)
+            )
         self._path: list[int] = []
         self._seen = self._accounts()
 
@@ -61,5 +64,5 @@ class QueuePicker:
             heap = self.heaps[tree.parent[q]]
             heapq.heappop(heap)  # ``q`` is on top: it was picked and nothing moved since
             if keep:
-                heapq.heappush(heap, (self.session.queue_key(q), q))
+                heapq.heappush(heap, (self.session.callbacks.queue_key(q), q))
         self._path = []

@@ -39,7 +39,7 @@ def take_room(
     statement = session.statement()
     refused: set[int] = set()
     for task in list(job.pending):
-        if session.ready(job):
+        if session.callbacks.ready(job):
             break
         placed = False
         for option in placer.options(task):
@@ -68,7 +68,7 @@ def take_room(
                 break
         if not placed:
             break
-    if session.ready(job):
+    if session.callbacks.ready(job):
         statement.commit()
         return True
     statement.discard()
@@ -78,7 +78,7 @@ def take_room(
 def may_take_room(session: Session, job: JobInfo) -> bool:
     """A job preempt and reclaim may evict for: schedulable, not ready yet, and none of the
     victims of its earlier evictions still leaving."""
-    return schedulable(session, job) and not session.ready(job) and session.may_evict(job)
+    return schedulable(session, job) and not session.callbacks.ready(job) and session.may_evict(job)
 
 
 class Failures:
@@ -123,7 +123,7 @@ class Failures:
         return key, (pod.cpu_milli, pod.memory_mib, gpu.total_milli)
 
     def known(self, session: Session, job: JobInfo, queue: int) -> bool:
-        pods = session.needed(job)  # asked once: a loop over the job's pods
+        pods = session.callbacks.needed(job)  # asked once: a loop over the job's pods
         if self._sizes(job, queue, pods) in self._alike:
             return True
         single = self._single(job, queue, pods)
@@ -136,7 +136,7 @@ class Failures:
         )
 
     def add(self, session: Session, job: JobInfo, queue: int) -> None:
-        pods = session.needed(job)
+        pods = session.callbacks.needed(job)
         self._alike.add(self._sizes(job, queue, pods))
         single = self._single(job, queue, pods)
         if single is not None:
@@ -151,7 +151,7 @@ class Preempt:
     name = "preempt"
 
     def execute(self, session: Session) -> None:
-        if not session.preemptable:
+        if not session.callbacks.preempts():
             return
         placer = placer_of(session)
         by_queue: dict[int, list[JobInfo]] = {}
@@ -160,13 +160,13 @@ class Preempt:
                 by_queue.setdefault(job.queue, []).append(job)
         failures = Failures()
         hopeless: set[tuple[int, int]] = set()
-        for queue in sorted(by_queue, key=session.queue_key):
+        for queue in sorted(by_queue, key=session.callbacks.queue_key):
             jobs = by_queue[queue]
             pool: VictimPool | None = None
             giver: JobInfo | None = None
             least = session.tree.specs[queue].min_runtime_s
             waiting = [j for j in jobs if may_take_room(session, j)]
-            for job in sorted(waiting, key=session.job_key):
+            for job in sorted(waiting, key=session.callbacks.job_key):
                 if (queue, job.spec.priority) in hopeless or failures.known(session, job, queue):
                     continue
                 giver = _giver(session, job, jobs, giver, least)
@@ -207,4 +207,6 @@ def _gives(session: Session, job: JobInfo, other: JobInfo, least: float) -> bool
     if other is job or not other.running:
         return False
     pod = other.running[0]
-    return session.now - pod.started >= least and session.victim_ok(job, [pod], reclaim=False)
+    return session.now - pod.started >= least and session.callbacks.victim_ok(
+        job, [pod], reclaim=False
+    )

@@ -20,7 +20,8 @@ from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import placer_of
 from kgpu.actions.preempt import Failures, may_take_room, take_room
 from kgpu.actions.victims import VictimPool
-from kgpu.framework.session import Key, Session
+from kgpu.framework.session import Session
+from kgpu.framework.session_callbacks import Key
 from kgpu.model.fair_share import dominant_ratio
 from kgpu.model.job import JobInfo
 
@@ -29,13 +30,13 @@ class Reclaim:
     name = "reclaim"
 
     def execute(self, session: Session) -> None:
-        if not session.reclaimable or not session.can_reclaim:
+        if not session.callbacks.reclaims():
             return
         placer = placer_of(session)
         waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
         for job in session.jobs:
             if may_take_room(session, job):
-                waiting.setdefault(job.queue, []).append((session.job_key(job), job))
+                waiting.setdefault(job.queue, []).append((session.callbacks.job_key(job), job))
         if not waiting:
             return
         for heap in waiting.values():
@@ -54,10 +55,10 @@ class Reclaim:
         while (leaf := picker.pick()) is not None:
             heap = waiting[leaf]
             _, job = heapq.heappop(heap)
-            if not failures.known(session, job, leaf) and all(
-                f(job, session.need(job)) for f in session.can_reclaim
+            if not failures.known(session, job, leaf) and session.callbacks.may_reclaim(
+                job, session.need(job)
             ):
-                givers = session.victim_queues(job, set(pool.by_queue))
+                givers = session.callbacks.victim_queues(job, set(pool.by_queue))
                 message = f"reclaimed by queue {tree.name(leaf)} for {job.key}"
                 if not givers or not take_room(session, placer, job, pool, True, message, givers):
                     failures.add(session, job, leaf)

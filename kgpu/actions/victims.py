@@ -51,7 +51,7 @@ class Unit:
         if self.task.pod.key not in session.state.allocations:
             return []
         # An extra stays one only while the job is still ready without it.
-        return [self.task] if session.ready(job, job.alive - 1) else []
+        return [self.task] if session.callbacks.ready(job, job.alive - 1) else []
 
 
 # What a pod of a pool's unit holds on its node: (queue, CPU, memory, milli-GPU, GPUs).
@@ -94,7 +94,11 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
             return _Plan(1, placed, None, (), None)
         key = only.pod.key
         where = (allocations[key].node,)
-        extra = ((-only.started, key, job, only, where),) if session.ready(job, placed) else ()
+        extra = (
+            ((-only.started, key, job, only, where),)
+            if session.callbacks.ready(job, placed)
+            else ()
+        )
         return _Plan(1, placed, only, extra, (-only.started, key, job, None, where))
     # The youngest first: by (-started, pod), which are unique, so tasks are never compared.
     order = sorted([(-t.started, t.pod.key, t) for t in running])
@@ -105,7 +109,7 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
         young += 1
     if young == count:
         return _Plan(count, placed, None, (), None)
-    ready, alive = session.ready, count + placed
+    ready, alive = session.callbacks.ready, count + placed
     spare = 0
     while spare < count and ready(job, alive - spare - 1):
         spare += 1
@@ -122,7 +126,7 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
 
 def _buckets(session: Session, jobs: Iterable[JobInfo]) -> dict[tuple[object, ...], list[_Entry]]:
     """The units the running pods of ``jobs`` form, by (extra?, plugins' key)."""
-    plans, head_of = session.victim_plans, session.victim_head
+    plans, head_of = session.victim_plans, session.callbacks.victim_head
     buckets: dict[tuple[object, ...], list[_Entry]] = {}
     for job in jobs:
         if job.queue < 0 or not job.running:
@@ -311,7 +315,7 @@ def make_room(
             units: list[Unit] = []
             held: list[Task] = []
             for u, tasks in offered:
-                if session.victim_ok(job, tasks, reclaim):
+                if session.callbacks.victim_ok(job, tasks, reclaim):
                     units.append(u)
                     held.extend(tasks)
                 else:
@@ -424,7 +428,7 @@ def _try_node(
             break
         tasks = unit.tasks(session)
         # Until the first eviction the state is the one ``units`` were judged and kept on.
-        if not tasks or (trial.ops and not session.victim_ok(job, tasks, reclaim)):
+        if not tasks or (trial.ops and not session.callbacks.victim_ok(job, tasks, reclaim)):
             continue
         for victim in tasks:
             trial.evict(victim, EvictionKind.PREEMPTED, "")  # undone: the kind is never read

@@ -12,33 +12,24 @@ unless all of it fits. After ``close()`` the state holds exactly what it held at
 the committed binds: evictions and nominations are decisions for the edge to carry out
 (the victims' resources come back when they are gone), not changes to the snapshot.
 
-How callbacks combine (plugins in profile order):
-
-- ``job_order``, ``task_order``, ``queue_order``, ``victim_order`` give sort keys; keys
-  compare in registration order, so the first plugin that tells two items apart decides
-  (Volcano's "first non-zero wins"). Ties fall back to creation time, then name; victims
-  to the youngest first.
-- ``job_ready(job, pods)``: every plugin must agree; with none, one pod makes a job ready.
-- ``job_valid``, ``enqueueable``, ``allocatable``: every plugin must pass; the first
-  refusal is the reason given. Queue limits are checked first, always, by the session.
-- ``preemptable`` and ``reclaimable`` judge a victim unit (an extra pod, or all pods of a
-  job whose gang would break): every plugin that registered must accept it; with none
-  registered there are no victims. ``can_reclaim``: every plugin must agree, none: no.
-  ``reclaim_from(job, queues)`` narrows the queues victims may come from, before any unit
-  is judged: each plugin keeps a subset of what the one before it kept.
-- ``on_admit(job)`` handlers all hear of each job the enqueue action admits.
+Plugins register their callbacks on ``session.callbacks``
+(:class:`~kgpu.framework.session_callbacks.SessionCallbacks`), which also holds the one
+rule each kind combines by; the actions ask it. The actions' own state for the session
+(what failed to fit, victim units) lives in ``session.scratch``
+(:class:`~kgpu.framework.session_scratch.SessionScratch`), typed by key.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from kgpu.framework.charges import GpuCharges
 from kgpu.framework.scheduler import Scheduler
+from kgpu.framework.session_callbacks import SessionCallbacks, Verdict
 from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
 from kgpu.framework.statement import Op, Statement
 from kgpu.framework.status import Code, Status
@@ -107,8 +98,6 @@ class Action(Protocol):
     def execute(self, session: Session) -> None: ...
 
 
-Key = tuple[Any, ...]
-Verdict = Status | None  # None: no objection
 NOT_TRIED = Status(Code.UNSCHEDULABLE, ("not tried in this session",), reason_code="NotTried")
 
 
@@ -130,6 +119,7 @@ class Session:
         self.tree = QueueTree(specs)
         self.ledger = QueueLedger(self.tree)
         self.charges = GpuCharges(self.state)
+        self.callbacks = SessionCallbacks(self.tree)
         self.result = SessionResult()
         self.cards: dict[str, str | None] = {}  # card each running or placed task holds
         self.releases = 0  # ticks on every release: what failed to fit before may fit now
@@ -147,33 +137,18 @@ class Session:
         self.placer: object | None = None
         self._provisional: list[Op] = []
         self._node_cards: dict[int, tuple[str, ...]] = {}
-        self.job_order: list[Callable[[JobInfo], Key]] = []
-        self.task_order: list[Callable[[Task], Key]] = []
-        self.queue_order: list[Callable[[int], Key]] = []
-        self.victim_order: list[Callable[[Task], Key]] = []
-        self.job_ready: list[Callable[[JobInfo, int], bool]] = []
-        self.job_valid: list[Callable[[JobInfo], Verdict]] = []
-        self.enqueueable: list[Callable[[JobInfo, Vector], Verdict]] = []
-        self.allocatable: list[Callable[[JobInfo, Task, Vector], Verdict]] = []
-        self.preemptable: list[Callable[[JobInfo, Sequence[Task]], bool]] = []
-        self.reclaimable: list[Callable[[JobInfo, Sequence[Task]], bool]] = []
-        self.can_reclaim: list[Callable[[JobInfo, Vector], bool]] = []
-        self.reclaim_from: list[Callable[[JobInfo, set[int]], set[int]]] = []
-        self.on_admit: list[Callable[[JobInfo], None]] = []
         with collector_paused():
             self._build_jobs(snapshot)
             for plugin in plugins:
                 plugin.on_open(self)
-            valid = self.job_valid
-            for job in self.jobs:  # loops, not generators: 25,000 jobs at 70,000 pods
+            callbacks = self.callbacks
+            for job in self.jobs:  # a loop, not generators: 25,000 jobs at 70,000 pods
                 if job.problem == "":
-                    for judge in valid:
-                        verdict = judge(job)
-                        if verdict is not None:
-                            job.problem = verdict.message
-                            break
+                    verdict = callbacks.validity(job)
+                    if verdict is not None:
+                        job.problem = verdict.message
                 if len(job.pending) > 1:
-                    job.pending.sort(key=self.task_key)
+                    job.pending.sort(key=callbacks.task_key)
 
     # ------------------------------------------------------------------ opening
 
@@ -342,48 +317,16 @@ class Session:
         out.update({CPU: cpu, MEMORY: memory, GPU: gpu})
         return out
 
-    # The keys are asked for tens of thousands of times a session: lists, not generators.
-    def job_key(self, job: JobInfo) -> Key:
-        return (*[f(job) for f in self.job_order], job.spec.created, job.spec.key)
-
-    def task_key(self, task: Task) -> Key:
-        return (*[f(task) for f in self.task_order], task.pod.key)
-
-    def queue_key(self, queue: int) -> Key:
-        return (*[f(queue) for f in self.queue_order], self.tree.name(queue))
-
-    def victim_key(self, task: Task) -> Key:
-        return (*self.victim_head(task), -task.started, task.pod.key)
-
-    def victim_head(self, task: Task) -> Key:
-        """The plugins' part of ``victim_key``: the same for the pods of one job."""
-        return tuple([f(task) for f in self.victim_order])  # a list: asked once a job
-
     def may_evict(self, job: JobInfo) -> bool:
         """Whether preempt and reclaim may evict for ``job``: not while its earlier victims
         are still leaving."""
         leaving = self.victims_leaving
         return not leaving or not any(t.pod.key in leaving for t in job.pending)
 
-    def ready(self, job: JobInfo, pods: int | None = None) -> bool:
-        count = len(job.running) + len(job.placed) if pods is None else pods
-        # Asked some hundred thousand times a session: a loop, not a generator.
-        for judge in self.job_ready:
-            if not judge(job, count):
-                return False
-        return count >= 1 if not self.job_ready else True
-
-    def needed(self, job: JobInfo) -> list[Task]:
-        """The job's next pods: those that make it ready, or one if it is ready."""
-        count = 1
-        while count < len(job.pending) and not self.ready(job, job.alive + count):
-            count += 1
-        return job.pending[:count]
-
     def need(self, job: JobInfo) -> Vector:
         """What ``needed(job)`` asks for (each pod as its first card)."""
         out: Vector = {}
-        for task in self.needed(job):
+        for task in self.callbacks.needed(job):
             add(out, self.vector(task, self.first_card(task)))
         return out
 
@@ -391,35 +334,13 @@ class Session:
         short = self.ledger.shortfall(job.queue, vec)
         if short is not None:
             return quota_status(short)
-        for judge in self.allocatable:  # a loop: asked for every pod placed or tried
-            verdict = judge(job, task, vec)
-            if verdict is not None:
-                return verdict
-        return None
+        return self.callbacks.allocate_verdict(job, task, vec)
 
     def check_enqueueable(self, job: JobInfo, vec: Vector) -> Verdict:
         short = self.ledger.shortfall(job.queue, vec, with_inqueue=True, resources=BASE)
         if short is not None:
             return quota_status(short)
-        for judge in self.enqueueable:
-            verdict = judge(job, vec)
-            if verdict is not None:
-                return verdict
-        return None
-
-    def victim_queues(self, job: JobInfo, candidates: set[int]) -> set[int]:
-        """Of ``candidates``, the queues ``job`` may reclaim from."""
-        out = candidates
-        for f in self.reclaim_from:
-            out = f(job, out)
-        return out
-
-    def victim_ok(self, job: JobInfo, unit: Sequence[Task], reclaim: bool) -> bool:
-        judges = self.reclaimable if reclaim else self.preemptable
-        for judge in judges:
-            if not judge(job, unit):
-                return False
-        return bool(judges)
+        return self.callbacks.enqueue_verdict(job, vec)
 
     # ------------------------------------------------------------------ deciding
 

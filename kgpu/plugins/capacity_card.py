@@ -105,9 +105,9 @@ class CapacityCard:
                     return quota_status(Shortfall(tree.name(job.queue), card, units, held, 0))
             return None
 
-        session.enqueueable.append(enqueueable)
-        session.on_admit.append(admitted)
-        session.allocatable.append(allocatable)
+        session.callbacks.enqueueable.append(enqueueable)
+        session.callbacks.on_admit.append(admitted)
+        session.callbacks.allocatable.append(allocatable)
 
 
 _: type[SessionPlugin] = CapacityCard

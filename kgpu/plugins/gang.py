@@ -18,8 +18,8 @@ class Gang:
     name = names.GANG
 
     def on_open(self, session: Session) -> None:
-        session.job_ready.append(lambda job, pods: pods >= job.spec.min_member)
-        session.job_valid.append(_valid)
+        session.callbacks.job_ready.append(lambda job, pods: pods >= job.spec.min_member)
+        session.callbacks.job_valid.append(_valid)
 
 
 def _valid(job: JobInfo) -> Status | None:

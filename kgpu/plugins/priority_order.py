@@ -19,9 +19,9 @@ class PriorityOrder:
 
     def on_open(self, session: Session) -> None:
         job_of = session.job_of
-        session.job_order.append(lambda job: (-job.spec.priority,))
-        session.task_order.append(lambda task: (-task.pod.priority,))
-        session.victim_order.append(
+        session.callbacks.job_order.append(lambda job: (-job.spec.priority,))
+        session.callbacks.task_order.append(lambda task: (-task.pod.priority,))
+        session.callbacks.victim_order.append(
             lambda task: (job_of[task.pod.key].spec.priority, task.pod.priority)
         )
 
@@ -31,7 +31,7 @@ class PriorityOrder:
                 return job_of[unit[0].pod.key].spec.priority < bar
             return all(job_of[t.pod.key].spec.priority < bar for t in unit)
 
-        session.preemptable.append(lower)
+        session.callbacks.preemptable.append(lower)
 
 
 _: type[SessionPlugin] = PriorityOrder

@@ -141,9 +141,9 @@ class Proportion:
                         return False
             return True
 
-        session.queue_order.append(lambda q: (ratio(q), -tree.specs[q].priority))
-        session.victim_order.append(lambda t: (-ratio(session.job_of[t.pod.key].queue),))
-        session.can_reclaim.append(lambda job, need: within_fair((job.queue,), need))
+        session.callbacks.queue_order.append(lambda q: (ratio(q), -tree.specs[q].priority))
+        session.callbacks.victim_order.append(lambda t: (-ratio(session.job_of[t.pod.key].queue),))
+        session.callbacks.can_reclaim.append(lambda job, need: within_fair((job.queue,), need))
 
         # Per reclaimer's queue: each other leaf's paths below their common ancestor, the
         # reclaimer's side as an index into ``sides`` (few: one per ancestor), the other
@@ -207,8 +207,8 @@ class Proportion:
                     out |= leaves
             return out
 
-        session.reclaimable.append(reclaimable)
-        session.reclaim_from.append(reclaim_from)
+        session.callbacks.reclaimable.append(reclaimable)
+        session.callbacks.reclaim_from.append(reclaim_from)
 
 
 _: type[SessionPlugin] = Proportion
