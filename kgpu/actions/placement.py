@@ -17,6 +17,7 @@ import numpy as np
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Outcome, Placement, Unschedulable
 from kgpu.framework.session import Session
+from kgpu.framework.session_scratch import StateKey
 from kgpu.framework.statement import Statement
 from kgpu.framework.status import Status
 from kgpu.model.card import REPLICAS_LABEL, card_product, mps_replicas
@@ -46,19 +47,23 @@ def combine(refusals: list[Status], cards: list[str | None]) -> Status:
     return Status(first.code, ("; ".join(parts),), first.plugin, first.reason_code)
 
 
+PLACER: StateKey[Placer] = StateKey("placer")
+
+
 def placer_of(session: Session) -> Placer:
     """The session's placer, made by the first action that asks: allocate's failures stay
     known to reclaim and preempt (whose first try is the free room) while nothing is
     released, as they stay known from one job to the next within an action."""
-    found = session.placer
-    if isinstance(found, Placer):
-        return found
-    placer = Placer(session)
-    session.placer = placer
+    placer = session.scratch.get(PLACER)
+    if placer is None:
+        placer = Placer(session)
+        session.scratch.set(PLACER, placer)
     return placer
 
 
 class Placer:
+    """Places tasks for the actions of one session, remembering what failed to fit."""
+
     def __init__(self, session: Session) -> None:
         self.session = session
         self._failed: dict[object, tuple[int, Unschedulable | None]] = {}

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from kgpu.actions.placement import Option, Placer
 from kgpu.framework.session import Session
+from kgpu.framework.session_scratch import StateKey
 from kgpu.framework.statement import Statement
 from kgpu.model.decision import EvictionKind
 from kgpu.model.job import JobInfo, Task
@@ -65,7 +66,7 @@ _Entry = tuple[float, str, JobInfo, Task | None, tuple[int, ...]]
 class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction of a dataclass
     """A job's victim units as its pods stood when they were worked out.
 
-    Kept in the session (``Session.victim_plans``) for the pools made later in it: reclaim's
+    Kept in the session's scratch (``PLANS``) for the pools made later in it: reclaim's
     and each queue's in preempt cover mostly the same jobs. A job's pods leave ``running``
     and join ``placed`` only by committed statements (a discarded one puts everything back
     where it was), and pools are made between statements, so the two counts tell whether
@@ -78,6 +79,11 @@ class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction o
     # Made as pools take them, once a job: pools are made up to once a queue a session.
     extras: tuple[_Entry, ...]
     gang: _Entry | None
+
+
+# Per job, its victim units as last worked out: each later pool redoes only the jobs that
+# changed.
+PLANS: StateKey[dict[str, _Plan]] = StateKey("victim plans")
 
 
 def _plan(session: Session, job: JobInfo) -> _Plan:
@@ -126,18 +132,18 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
 
 def _buckets(session: Session, jobs: Iterable[JobInfo]) -> dict[tuple[object, ...], list[_Entry]]:
     """The units the running pods of ``jobs`` form, by (extra?, plugins' key)."""
-    plans, head_of = session.victim_plans, session.callbacks.victim_head
+    plans = session.scratch.get(PLANS)
+    if plans is None:
+        plans = {}
+        session.scratch.set(PLANS, plans)
+    head_of = session.callbacks.victim_head
     buckets: dict[tuple[object, ...], list[_Entry]] = {}
     for job in jobs:
         if job.queue < 0 or not job.running:
             continue
         name = job.spec.key
         plan = plans.get(name)
-        if not (
-            isinstance(plan, _Plan)
-            and plan.running == len(job.running)
-            and plan.placed == len(job.placed)
-        ):
+        if plan is None or plan.running != len(job.running) or plan.placed != len(job.placed):
             plan = plans[name] = _plan(session, job)
         if plan.youngest is None:
             continue

@@ -31,6 +31,7 @@ from kgpu.framework.charges import GpuCharges
 from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session_callbacks import SessionCallbacks, Verdict
 from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
+from kgpu.framework.session_scratch import SessionScratch
 from kgpu.framework.statement import Op, Statement
 from kgpu.framework.status import Code, Status
 from kgpu.model.card import NAME_ANNOTATION, card_units, node_cards
@@ -129,12 +130,7 @@ class Session:
         self.room_mark = 0
         self._marks = 0
         self.statuses: dict[str, Status] = {}
-        # Per job, its victim units as kgpu.actions.victims last worked them out (of a type
-        # that module owns): kept so that each later pool redoes only the jobs that changed.
-        self.victim_plans: dict[str, object] = {}
-        # The actions' kgpu.actions.placement.Placer, one a session: what failed to fit in
-        # one action stays known in the next, for as long as nothing is released.
-        self.placer: object | None = None
+        self.scratch = SessionScratch()  # what the actions keep for the session
         self._provisional: list[Op] = []
         self._node_cards: dict[int, tuple[str, ...]] = {}
         with collector_paused():
