@@ -348,6 +348,51 @@ class Session:
         self._marks += 1
         self.room_mark = self._marks
 
+    def back_to_mark(self, mark: int) -> None:
+        """The state is again the one ``mark`` named (evictions undone, nothing else)."""
+        self.room_mark = mark
+
+    # The changes a Statement makes, each with its accounting, and their undoing.
+
+    def assign(
+        self, task: Task, node: int, gpus: tuple[int, ...], card: str | None
+    ) -> tuple[JobInfo, Allocation, Vector, int]:
+        """Place pending ``task`` on ``node`` as ``card``: its job, its allocation, what it
+        holds of its queue's account and where it sat in the job's pending list."""
+        job = self.job_of[task.pod.key]
+        index = job.pending.index(task)
+        alloc = self.state.allocate(task.pod, node, gpus)
+        vec = self.charge(task, alloc, card)
+        self.ledger.charge(job.queue, vec)
+        del job.pending[index]
+        job.placed.append(task)
+        self.cards[task.pod.key] = card
+        return job, alloc, vec, index
+
+    def unassign(self, op: Op) -> None:
+        self.state.release(op.task.pod.key)
+        self.ledger.charge(op.job.queue, op.vec, -1)
+        op.job.placed.remove(op.task)
+        op.job.pending.insert(op.index, op.task)
+        self.releases += 1
+
+    def unbind(self, task: Task) -> tuple[JobInfo, Allocation, Vector, int]:
+        """Take running ``task`` off its node, as ``assign`` returns it."""
+        job = self.job_of[task.pod.key]
+        index = job.running.index(task)
+        alloc = self.state.release(task.pod.key)
+        vec = self.charge(task, alloc, self.cards.get(task.pod.key))
+        self.ledger.charge(job.queue, vec, -1)
+        del job.running[index]
+        self.releases += 1
+        self.new_room_mark()
+        return job, alloc, vec, index
+
+    def rebind(self, op: Op) -> None:
+        self.state.restore(op.alloc)
+        self.ledger.charge(op.job.queue, op.vec)
+        op.job.running.insert(op.index, op.task)
+
     def note(self, job: JobInfo, status: Status, tasks: Sequence[Task] | None = None) -> None:
         """Why ``tasks`` (all the job's pending pods by default) wait; the last word stays."""
         for task in job.pending if tasks is None else tasks:
