@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from kgpu.framework.groups import NodeGroupKey
-from kgpu.kube.conditions import condition, merge_conditions
-from kgpu.kube.workspace_render import (
+from kgpu.kube.objects.conditions import condition, merge_conditions
+from kgpu.kube.workspaces.workload import (
     DEFAULT_IMAGE,
     NODE_GROUP_ANNOTATION,
     MultiNode,

@@ -4,7 +4,7 @@ Where the manifests hold a ``Queue`` or a ``PodGroup`` (``kgpu.io/v1alpha1``), p
 placed one by one: the pods bound in the manifests (already accounted on their nodes) are
 the running tasks, the others the pending ones, and one session runs over them with the
 profile's actions (by default enqueue, allocate, backfill, reclaim, preempt), through the
-very code the live loop uses (:func:`kgpu.kube.queue_session.assemble` and ``run``): the
+very code the live loop uses (:func:`kgpu.kube.snapshot.session_input.assemble` and ``run``): the
 same queue tree, fair shares, gangs, card quotas, PriorityClass of a PodGroup, victims.
 So a team can try a Queue or a gang on a copy of its cluster before it creates them.
 
@@ -22,9 +22,9 @@ from typing import Any
 from kgpu.actions.run import session_config
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.kube.queue_session import QueueReader, assemble
-from kgpu.kube.queue_session import run as run_session
-from kgpu.kube.snapshot import PendingPod, Snapshot
+from kgpu.kube.snapshot.cache_snapshot import PendingPod, Snapshot
+from kgpu.kube.snapshot.session_input import QueueReader, assemble
+from kgpu.kube.snapshot.session_input import run as run_session
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
 
 Obj = Mapping[str, Any]
