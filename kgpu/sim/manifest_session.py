@@ -22,7 +22,7 @@ from typing import Any
 from kgpu.actions.run import session_config
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.kube.snapshot.cache_snapshot import PendingPod, Snapshot
+from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, PendingPod
 from kgpu.kube.snapshot.session_input import QueueReader, assemble
 from kgpu.kube.snapshot.session_input import run as run_session
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
@@ -51,7 +51,7 @@ def session_results(
         [{"metadata": {"name": name}, "value": value} for name, value in classes.items()],
     )
     pending = [p for p, _ in waiting]
-    made = assemble(Snapshot(run.state, bound=list(running)), pending, {}, objects, now=NOW)
+    made = assemble(CacheSnapshot(run.state, bound=list(running)), pending, {}, objects, now=NOW)
     decided = run_session(made.snapshot, scheduler, session_config(profile)).result
     run.notes.extend(problem.message for problem in objects.problems)
     evicted = {str(e.pod): e.message for e in decided.evictions}

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kgpu.kube.install.crds import GROUP
+from kgpu.kube.api.resources import CRD_GROUP
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
 from kgpu.kube.workspaces.node_source import NodeSource, NodesUnavailable
@@ -230,7 +230,7 @@ def podgroup_problem(obj: Obj) -> str | None:
 
 
 def _is_kgpu(obj: Obj) -> bool:
-    return str(obj.get("apiVersion", "")).startswith(f"{GROUP}/")
+    return str(obj.get("apiVersion", "")).startswith(f"{CRD_GROUP}/")
 
 
 def _converted(convert: Callable[[Obj], object], obj: Obj) -> str | None:

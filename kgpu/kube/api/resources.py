@@ -1,4 +1,5 @@
-"""The Kubernetes resource types kgpu reads and writes, and the URL paths that name them."""
+"""The Kubernetes resource types kgpu reads and writes, the URL paths that name them, and the
+path its admission webhook is called at."""
 
 from __future__ import annotations
 
@@ -58,6 +59,10 @@ DEVICES: Final = Resource(CRD_GROUP, CRD_VERSION, "devices", "Device", namespace
 CUSTOM_RESOURCES: Final = (QUEUES, PODGROUPS, DEVICES)
 # Cached by the Workspace controller's runner (kgpu.kube.workspaces.runner), not the loop.
 WORKSPACES: Final = Resource(CRD_GROUP, CRD_VERSION, "workspaces", "Workspace", namespaced=True)
+
+# The path the API server posts AdmissionReviews to: served by the webhook
+# (kgpu.kube.admission.webhook_server), registered by the install (kgpu.kube.install.bundle).
+WEBHOOK_PATH: Final = "/validate"
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 import yaml
 
+from kgpu.kube.api.resources import WEBHOOK_PATH
 from kgpu.kube.install.agent_daemonset import agent_objects
 from kgpu.kube.install.crds import GROUP, VERSION, custom_resource_definitions
 from kgpu.kube.install.options import (
@@ -54,7 +55,6 @@ from kgpu.kube.install.webhook_certs import WebhookTls, generate_tls, service_dn
 
 METRICS_PORT: Final = 10251  # `kgpu run`'s default, kube-scheduler's old port
 WEBHOOK_PORT: Final = 8443
-WEBHOOK_PATH: Final = "/validate"
 SKIP_LABEL: Final = "kgpu.io/admission"
 TLS_DIR: Final = "/etc/kgpu/tls"
 

@@ -38,7 +38,7 @@ from kgpu.kube.live.binder import BindOutcome, BindResult, bind_pod
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.waiting import WaitingBook
 from kgpu.kube.objects.device_allocation import render_allocation
-from kgpu.kube.snapshot.cache_snapshot import Assumed, PendingPod, Snapshot, pod_fields
+from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, pod_fields
 from kgpu.model.pod import PodKey
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class HandOver:
         self.uncertain_grace = uncertain_grace
         self.bound = 0  # binds done, for benchmarks and logs
 
-    def hand_over(self, snap: Snapshot, bind: Bind, seen: PendingPod, message: str) -> None:
+    def hand_over(self, snap: CacheSnapshot, bind: Bind, seen: PendingPod, message: str) -> None:
         current = self.pods.get(bind.pod)
         if current is None or uid(current) != uid(seen.obj) or pod_fields(current)[1]:
             undo(snap.state, bind)  # deleted (or bound by someone) while the session decided

@@ -53,9 +53,9 @@ from kgpu.kube.live.status_writer import StatusWriter, queue_figures
 from kgpu.kube.live.waiting import PREEMPTING, WaitingBook, WaitTimes
 from kgpu.kube.snapshot.cache_snapshot import (
     Assumed,
+    CacheSnapshot,
     PendingPod,
     Problem,
-    Snapshot,
     SnapshotBuilder,
     pod_fields,
 )
@@ -353,7 +353,7 @@ class SchedulerLoop:
 
     def _decide(
         self,
-        snap: Snapshot,
+        snap: CacheSnapshot,
         batch: list[PendingPod],
         assumed: Mapping[PodKey, Assumed],
         objects: QueueObjects,
@@ -426,7 +426,7 @@ class SchedulerLoop:
             return lambda p: -p.spec.priority
         return lambda p: -classes.get(job_of(p.spec), p.spec.priority)
 
-    def _scheduler_for(self, snap: Snapshot) -> Scheduler:
+    def _scheduler_for(self, snap: CacheSnapshot) -> Scheduler:
         """The profile's scheduler, rebuilt when the workload's typical pods change (FGD
         measures fragmentation against them)."""
         typical = typical_pods(snap.specs)

@@ -31,7 +31,7 @@ from typing import Any, Final
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
 from kgpu.kube.api.resources import object_key, resource_version, uid
 from kgpu.kube.live.metrics import SchedulerMetrics
-from kgpu.kube.snapshot.cache_snapshot import Assumed, PendingPod, Snapshot
+from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod
 from kgpu.model.pod import PodKey
 
 PREEMPTING: Final = "Preempting"
@@ -81,7 +81,7 @@ class WaitingBook:
             for key in [k for k in table if k not in live]:
                 del table[key]
 
-    def ready(self, snap: Snapshot, generation: int, now: float) -> list[PendingPod]:
+    def ready(self, snap: CacheSnapshot, generation: int, now: float) -> list[PendingPod]:
         """The snapshot's pending pods not held back; says why the unreadable ones wait."""
         ready = []
         for obj, error in snap.unreadable:
@@ -164,7 +164,7 @@ class WaitingBook:
         first = self._first_seen.pop(key, None)
         return None if first is None else now - first
 
-    def count(self, snap: Snapshot, assumed: Mapping[PodKey, Assumed]) -> dict[str, int]:
+    def count(self, snap: CacheSnapshot, assumed: Mapping[PodKey, Assumed]) -> dict[str, int]:
         """Pending pods by the reason they wait ("Waiting": not tried yet); the binds in
         flight are not pending. Sets the pending-pods gauge."""
         reasons: dict[str, int] = {}

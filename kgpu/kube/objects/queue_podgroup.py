@@ -32,7 +32,6 @@ from typing import Any, Final
 
 from kgpu.kube.api.resources import meta, parse_time
 from kgpu.kube.objects.fields import MISSING, ConversionError, Fields, show
-from kgpu.kube.scaling.trigger_pods import GANG_ANNOTATIONS
 from kgpu.model.card import (
     QUOTA_ANNOTATION,
     REQUEST_ANNOTATION,
@@ -47,6 +46,9 @@ from kgpu.model.resources import CPU, GPU, MEMORY, MILLI
 from kgpu.model.units import MIB, MILLI_PER_CPU, MILLI_PER_GPU
 
 # Names a Queue may give its amounts under, and the model resource each one is.
+# The pod group a pod belongs to: kgpu's own, Volcano's and KAI's annotations.
+GANG_ANNOTATIONS: Final = ("kgpu.io/pod-group", "scheduling.k8s.io/group-name", "pod-group-name")
+
 RESOURCE_NAMES: Final = {
     "cpu": CPU,
     "memory": MEMORY,

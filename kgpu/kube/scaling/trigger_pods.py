@@ -33,6 +33,7 @@ from kgpu.autoscale.demand import DemandGroup, PendingPod, TriggerSpec
 from kgpu.autoscale.observed import ObservedTrigger
 from kgpu.kube.api.resources import parse_time
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s
+from kgpu.kube.objects.queue_podgroup import GANG_ANNOTATIONS
 from kgpu.model.nodepool import (
     GPU_PRODUCT_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -59,8 +60,6 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 SELECTOR: Final = f"{COMPONENT_LABEL}={COMPONENT}"  # a label selector for every trigger
 _TARGET_KEYS: Final = (GPU_PRODUCT_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL)
 GPU_MEMORY_ANNOTATION: Final = "gpu-memory"  # MiB of one shared GPU (KAI's annotation)
-# The pod group a pod belongs to: kgpu's own, Volcano's and KAI's annotations.
-GANG_ANNOTATIONS: Final = ("kgpu.io/pod-group", "scheduling.k8s.io/group-name", "pod-group-name")
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,13 +36,13 @@ from kgpu.kube.api.resources import meta, object_key, uid
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
 from kgpu.kube.snapshot.allocation_rebuild import account_recorded, account_unrecorded
-from kgpu.kube.snapshot.conversion_cache import Conversions, PodReading, pod_fields
+from kgpu.kube.snapshot.conversion_cache import ConversionCache, PodReading, pod_fields
 from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import ClusterState
 from kgpu.state.holding import hold_rest
 
-__all__ = ["Assumed", "PendingPod", "Problem", "Snapshot", "SnapshotBuilder", "pod_fields"]
+__all__ = ["Assumed", "CacheSnapshot", "PendingPod", "Problem", "SnapshotBuilder", "pod_fields"]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -80,7 +80,7 @@ class PendingPod:
 
 
 @dataclass(slots=True)
-class Snapshot:
+class CacheSnapshot:
     state: ClusterState
     pending: list[PendingPod] = field(default_factory=list)
     unreadable: list[tuple[Mapping[str, Any], ConversionError]] = field(default_factory=list)
@@ -114,7 +114,7 @@ class SnapshotBuilder:
 
     def __init__(self, scheduler_name: str) -> None:
         self.scheduler_name = scheduler_name
-        self.conversions = Conversions()
+        self.conversions = ConversionCache()
 
     def build(
         self,
@@ -122,7 +122,7 @@ class SnapshotBuilder:
         pod_objs: Iterable[Mapping[str, Any]],
         assumed: Mapping[PodKey, Assumed],
         devices: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> Snapshot:
+    ) -> CacheSnapshot:
         """``devices`` maps node names to their ``Device`` resources (UUIDs, health,
         topology and the kubelet's checkpoint), for the nodes that have one."""
         problems: list[Problem] = []
@@ -139,7 +139,7 @@ class SnapshotBuilder:
                 )
             else:
                 nodes.append(node)
-        snap = Snapshot(ClusterState(nodes), problems=problems)
+        snap = CacheSnapshot(ClusterState(nodes), problems=problems)
         ours: list[tuple[PodReading, PodSpec, int]] = []
         others: list[tuple[PodReading, int]] = []
         index_of = snap.state.index
@@ -202,7 +202,9 @@ class SnapshotBuilder:
             snap.assumed += 1
         return snap
 
-    def _account_ours(self, snap: Snapshot, pod: PodReading, spec: PodSpec, index: int) -> None:
+    def _account_ours(
+        self, snap: CacheSnapshot, pod: PodReading, spec: PodSpec, index: int
+    ) -> None:
         obj = pod.obj
         if not spec.gpu.wants_devices:
             self._account_lowest(snap, spec, index, obj)
@@ -223,7 +225,7 @@ class SnapshotBuilder:
 
     @staticmethod
     def _account_lowest(
-        snap: Snapshot, spec: PodSpec, index: int, obj: Mapping[str, Any] | None = None
+        snap: CacheSnapshot, spec: PodSpec, index: int, obj: Mapping[str, Any] | None = None
     ) -> str:
         """Account a pod on the GPUs the kubelet's checkpoint names, else the lowest GPUs
         with room; say where, for messages."""

@@ -15,7 +15,7 @@ request is parsed once, not once pending and again bound (the parse is about 70 
 100 CPU µs a pod's reading takes; comparing the two versions, about 10).
 
 Entries of objects gone from the caches are dropped at the end of each build
-(:meth:`Conversions.forget`), so memory follows the cluster's size, not its history.
+(:meth:`ConversionCache.forget`), so memory follows the cluster's size, not its history.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _allocation(
         return exc
 
 
-class Conversions:
+class ConversionCache:
     """Readings of pods and nodes by ``(uid or key, resourceVersion)``."""
 
     def __init__(self) -> None:

@@ -44,7 +44,7 @@ from kgpu.kube.objects.queue_podgroup import (
     podgroup_priority,
     queue_from_k8s,
 )
-from kgpu.kube.snapshot.cache_snapshot import Assumed, PendingPod, Problem, Snapshot
+from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, Problem
 from kgpu.model.card import NAME_ANNOTATION
 from kgpu.model.job import JobKey, JobSpec, Task
 from kgpu.model.pod import PodKey, PodSpec
@@ -158,7 +158,7 @@ class QueueReader:
 
 
 def assemble(
-    snap: Snapshot,
+    snap: CacheSnapshot,
     batch: Sequence[PendingPod],
     assumed: Mapping[PodKey, Assumed],
     objects: QueueObjects,

@@ -47,7 +47,7 @@ from kgpu.kube.workspaces.workload import (
     NODE_GROUP_ANNOTATION,
     WORKSPACE_LABEL,
     MultiNode,
-    RenderOptions,
+    WorkloadOptions,
     owner_reference,
     ready_replicas,
     render_workload,
@@ -113,7 +113,7 @@ def reconcile(
     existing: Sequence[Mapping[str, Any]],
     now: str,
     scheduler: GroupScheduler,
-    options: RenderOptions | None = None,
+    options: WorkloadOptions | None = None,
 ) -> Reconcile:
     """One pass over one Workspace; ``existing`` are its workload objects as they are now."""
     old = (workspace.get("status") or {}).get("conditions") or []
@@ -249,7 +249,7 @@ class WorkspaceController:
         client: KubeClient,
         *,
         profile: str = "byo",
-        options: RenderOptions | None = None,
+        options: WorkloadOptions | None = None,
         multi_node: MultiNode | None = None,
         clock: Callable[[], float] = time.time,
         nodes: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
@@ -257,18 +257,18 @@ class WorkspaceController:
         self.client = client
         self.nodes = nodes
         self.scheduler = group_scheduler(profile)
-        self.options = options or RenderOptions()
+        self.options = options or WorkloadOptions()
         self.multi_node = multi_node
         self.clock = clock
 
-    def _options(self) -> RenderOptions:
+    def _options(self) -> WorkloadOptions:
         if self.multi_node is None:
             try:
                 self.client.list(LEADERWORKERSETS)
                 self.multi_node = MultiNode.LEADER_WORKER_SET
             except NotFound:
                 self.multi_node = MultiNode.STATEFUL_SET
-        return RenderOptions(
+        return WorkloadOptions(
             self.options.image, self.options.port, self.multi_node, self.options.scheduler_name
         )
 

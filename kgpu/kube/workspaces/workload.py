@@ -47,7 +47,7 @@ class MultiNode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class RenderOptions:
+class WorkloadOptions:
     image: str = DEFAULT_IMAGE
     port: int = 8000
     multi_node: MultiNode = MultiNode.STATEFUL_SET
@@ -70,10 +70,10 @@ def owner_reference(workspace: Mapping[str, Any]) -> Obj:
 def render_workload(
     placement: WorkspacePlacement,
     owner: Obj | None = None,
-    options: RenderOptions | None = None,
+    options: WorkloadOptions | None = None,
 ) -> list[Obj]:
     """The objects that run the workspace on its placement, Services first."""
-    options = options or RenderOptions()
+    options = options or WorkloadOptions()
     ws = placement.workspace
     objects = [_service(ws, placement, options, owner)]
     if placement.nodes_per_replica == 1:
@@ -98,7 +98,7 @@ def _meta(
 
 
 def _service(
-    ws: WorkspaceSpec, placement: WorkspacePlacement, options: RenderOptions, owner: Obj | None
+    ws: WorkspaceSpec, placement: WorkspacePlacement, options: WorkloadOptions, owner: Obj | None
 ) -> Obj:
     selector = {WORKSPACE_LABEL: ws.name}
     if placement.nodes_per_replica > 1:
@@ -155,7 +155,7 @@ def node_selection(placement: WorkspacePlacement) -> Obj:
     return out
 
 
-def _serve_args(placement: WorkspacePlacement, options: RenderOptions) -> list[str]:
+def _serve_args(placement: WorkspacePlacement, options: WorkloadOptions) -> list[str]:
     ws = placement.workspace
     args = ["--model", ws.model_id] if ws.model_id else []
     args += ["--port", str(options.port), "--tensor-parallel-size", str(placement.key.gpu_count)]
@@ -164,7 +164,7 @@ def _serve_args(placement: WorkspacePlacement, options: RenderOptions) -> list[s
     return args
 
 
-def _container(placement: WorkspacePlacement, options: RenderOptions, role: str) -> Obj:
+def _container(placement: WorkspacePlacement, options: WorkloadOptions, role: str) -> Obj:
     gpus = {GPU_RESOURCE: str(placement.key.gpu_count)}
     container: Obj = {
         "name": "inference",
@@ -196,7 +196,7 @@ def _container(placement: WorkspacePlacement, options: RenderOptions, role: str)
 
 
 def _pod_template(
-    placement: WorkspacePlacement, options: RenderOptions, role: str, labels: Obj, env: list[Obj]
+    placement: WorkspacePlacement, options: WorkloadOptions, role: str, labels: Obj, env: list[Obj]
 ) -> Obj:
     container = _container(placement, options, role)
     if env:
@@ -213,7 +213,7 @@ def _pod_template(
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
 
 
-def _deployment(placement: WorkspacePlacement, options: RenderOptions, owner: Obj | None) -> Obj:
+def _deployment(placement: WorkspacePlacement, options: WorkloadOptions, owner: Obj | None) -> Obj:
     ws = placement.workspace
     labels = {WORKSPACE_LABEL: ws.name}
     return {
@@ -238,7 +238,7 @@ def stateful_set_name(ws: WorkspaceSpec, replica: int) -> str:
 
 
 def _stateful_set(
-    placement: WorkspacePlacement, options: RenderOptions, owner: Obj | None, replica: int
+    placement: WorkspacePlacement, options: WorkloadOptions, owner: Obj | None, replica: int
 ) -> Obj:
     ws = placement.workspace
     name = stateful_set_name(ws, replica)
@@ -268,7 +268,7 @@ def _stateful_set(
 
 
 def _leader_worker_set(
-    placement: WorkspacePlacement, options: RenderOptions, owner: Obj | None
+    placement: WorkspacePlacement, options: WorkloadOptions, owner: Obj | None
 ) -> Obj:
     ws = placement.workspace
     labels = {WORKSPACE_LABEL: ws.name}
