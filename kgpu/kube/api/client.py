@@ -11,19 +11,18 @@ binding with, and a third less CPU a call than through the generated layer (a po
 read, its Binding and an event).
 
 Every call has a time bound: ``Timeouts.request`` for an ordinary call, the watch's own
-``timeoutSeconds`` plus ``Timeouts.watch_grace`` for a watch. The client retries nothing
+``timeoutSeconds`` plus ``Timeouts.watch_grace`` for a watch (whose stream of events
+:mod:`kgpu.kube.api.watch_stream` reads). The client retries nothing
 itself (urllib3's retries are off): errors come out as :mod:`kgpu.kube.api.errors`, and the
 caller, who knows whether a retry is safe, decides.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -31,10 +30,10 @@ from urllib.parse import urlencode
 import urllib3
 from kubernetes import config as kube_config
 from kubernetes.client import ApiClient, Configuration
-from kubernetes.client.exceptions import OpenApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kgpu.kube.api.errors import (
+    CALL_ERRORS,
     BadConfig,
     Conflict,
     KubeError,
@@ -43,13 +42,10 @@ from kgpu.kube.api.errors import (
     from_status,
 )
 from kgpu.kube.api.resources import PODS, Resource
+from kgpu.kube.api.watch_stream import Watch
 
 Body = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 MERGE_PATCH = "application/merge-patch+json"
-
-# What the library may raise on a call: connection and protocol errors, socket errors,
-# undecodable bodies, and the client's own exceptions (TLS failures arrive as those).
-_CALL_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, OpenApiException)
 
 # What the dry-run Bindings that learn whether the server checks a Binding's preconditions
 # send: a uid and a resourceVersion no pod has, and a node name no node has (a dry run binds
@@ -75,12 +71,6 @@ class Timeouts:
 class ObjectList:
     items: list[dict[str, Any]]
     resource_version: str
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    type: str  # ADDED, MODIFIED, DELETED or BOOKMARK
-    object: dict[str, Any]
 
 
 def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> Configuration:
@@ -205,7 +195,7 @@ class KubeClient:
         try:
             response = self._send(method, path, query, body, content_type, bound)
             raw = response.data
-        except _CALL_ERRORS as exc:
+        except CALL_ERRORS as exc:
             raise from_exception(exc, what) from exc
         if not 200 <= response.status < 300:
             raise from_status(response.status, raw, what)
@@ -262,12 +252,12 @@ class KubeClient:
         bound = (self.timeouts.connect, seconds + self.timeouts.watch_grace)
         try:
             raw = self._send("GET", path, query, None, "application/json", bound, stream=True)
-        except _CALL_ERRORS as exc:
+        except CALL_ERRORS as exc:
             raise from_exception(exc, what) from exc
         if raw.status != 200:  # unread: the body is the stream
             try:
                 body = raw.read()
-            except _CALL_ERRORS:
+            except CALL_ERRORS:
                 body = b""
             finally:
                 raw.close()
@@ -377,67 +367,3 @@ class KubeClient:
             return False
         self._binding_preconditions = True
         return True
-
-
-class Watch:
-    """One open watch: iterate for its events; ``close`` from any thread ends it."""
-
-    def __init__(self, raw: Any, resource: Resource, what: str) -> None:
-        self._raw = raw
-        self._resource = resource
-        self._what = what
-        self._closed = False
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        what = self._what
-        try:
-            for line in _lines(self._raw):
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object")
-                if not isinstance(obj, dict) or not isinstance(kind, str):
-                    raise Unavailable(f"{what}: an event without type or object: {line[:200]!r}")
-                if kind == "ERROR":
-                    raise from_status(int(obj.get("code") or 500), json.dumps(obj), what)
-                obj.setdefault("kind", self._resource.kind)
-                obj.setdefault("apiVersion", self._resource.api_version)
-                yield WatchEvent(kind, obj)
-        except KubeError:
-            raise
-        except (*_CALL_ERRORS, AttributeError) as exc:
-            # AttributeError: http.client reading a response that ``close`` has just closed
-            # from another thread. Either way, a closed watch simply ends.
-            if self._closed:
-                return
-            if isinstance(exc, AttributeError):
-                raise
-            raise from_exception(exc, what) from exc
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """End the watch now. A thread blocked reading it is woken by shutting the socket
-        down (closing alone does not wake a blocked recv); the connection is never pooled
-        again, since a watch rarely ends at a clean boundary."""
-        self._closed = True
-        connection = getattr(self._raw, "connection", None)
-        sock = getattr(connection, "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(*_CALL_ERRORS):
-            self._raw.close()
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    """The stream's newline-separated JSON documents, as they arrive."""
-    pending = b""
-    for chunk in response.stream(64 * 1024, decode_content=True):
-        pending += chunk
-        if b"\n" not in pending:
-            continue
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield line
-    if pending.strip():
-        yield pending

@@ -27,6 +27,11 @@ import json
 from typing import Any
 
 import urllib3.exceptions
+from kubernetes.client.exceptions import OpenApiException
+
+# What the client library may raise on a call: connection and protocol errors, socket errors,
+# undecodable bodies, and the client's own exceptions (TLS failures arrive as those).
+CALL_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, OpenApiException)
 
 
 class KubeError(Exception):

@@ -34,9 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 from kgpu.kube.api.backoff import Backoff
-from kgpu.kube.api.client import KubeClient, Watch
+from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Expired, KubeError, NotFound
 from kgpu.kube.api.resources import Resource, object_key, resource_version
+from kgpu.kube.api.watch_stream import Watch
 
 log = logging.getLogger(__name__)
 
