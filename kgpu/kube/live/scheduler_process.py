@@ -7,8 +7,8 @@ resources, absent or not) has listed; every bound pod's annotation is then in th
 
 With ``RunOptions.autoscale`` set (``kgpu run --autoscale``), Karpenter's NodeClaims are
 cached too (a cluster without Karpenter reads as none) and the autoscaler
-(:mod:`kgpu.kube.scaling.live_autoscaler`) runs on its own thread, on the leader only, once the caches
-have synced; it installs the trigger pods' PriorityClass before its first round.
+(:mod:`kgpu.kube.scaling.live_autoscaler`) runs on its own thread, on the leader only, once
+the caches have synced; it installs the trigger pods' PriorityClass before its first round.
 
 The Workspace controller (:mod:`kgpu.kube.workspaces.runner`) runs on its own thread too, on
 the leader only, once the Node cache has listed; ``RunOptions.workspaces`` None turns it off.

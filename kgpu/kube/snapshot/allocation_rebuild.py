@@ -4,7 +4,7 @@
   the same GPU minors, the same milli and MiB on each, the same RDMA and FPGA minors and
   MIG instances, so the rebuilt state equals the one the scheduler had before it stopped
   (the annotation is written from that state, by the Binding itself, see
-  ``allocation.render_allocation`` and ``binder``).
+  :func:`kgpu.kube.objects.device_allocation.render_allocation` and :mod:`kgpu.kube.live.binder`).
   A record that asks less than the pod's request now holds the request (reading more than
   was held is the safe error).
 - A pod someone else placed has no record. Whole GPUs it asks for are the ones the

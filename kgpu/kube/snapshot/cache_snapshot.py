@@ -109,8 +109,8 @@ def is_ready(node: Mapping[str, Any]) -> bool:
 
 class SnapshotBuilder:
     """Builds snapshots; what each object reads as is remembered by (uid, resourceVersion)
-    between sessions (:mod:`kgpu.kube.snapshot.conversion_cache`), so a session reads only the objects
-    that changed since the last one."""
+    between sessions (:mod:`kgpu.kube.snapshot.conversion_cache`), so a session reads only
+    the objects that changed since the last one."""
 
     def __init__(self, scheduler_name: str) -> None:
         self.scheduler_name = scheduler_name
