@@ -7,7 +7,7 @@ The cluster: 8-GPU nodes, 40% A100 (two NVLink islands of four, an RDMA NIC besi
 split four ways by MPS. Every GPU's memory is known, so memory is accounted on every GPU.
 
 The pods are written as Kubernetes objects in every dialect and read by the one parser
-(``kgpu.kube.convert``), outside the timing: fractional requests (``gpu-fraction``,
+(``kgpu.kube.objects.node_pod``), outside the timing: fractional requests (``gpu-fraction``,
 ``kubernetes.io/gpu``, ``gpu-core`` with a memory ratio or bytes, KAI's ``gpu-memory``,
 ``nvidia.com/gpu.shared``) and multi-GPU requests (2, 4 and 8 whole GPUs, the larger with
 an RDMA device). They arrive in a seeded random order and are scheduled one at a time, each
@@ -31,7 +31,7 @@ import numpy as np
 
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Placement
-from kgpu.kube.convert import pod_from_k8s
+from kgpu.kube.objects.node_pod import pod_from_k8s
 from kgpu.model.devices import Device, NodeDevices
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodSpec

@@ -13,7 +13,7 @@ decided per session), and times from its start until every pod is bound, as its 
 watch of the API server reports. Each pod costs the API server two writes: the Binding,
 which carries the device annotations, and the Scheduled event; on a server that ignores
 a Binding's preconditions (v1.20) also a read of the pod just before its Binding (see
-``kgpu.kube.binder``).
+``kgpu.kube.live.binder``).
 
 Prints the pods bound per second, then where the time went: the scheduler's own work
 (snapshot and decisions per session, and the pods it decides per second of that), the
@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from kgpu import core_build
-from kgpu.kube.client import KubeClient
-from kgpu.kube.errors import KubeError
-from kgpu.kube.loop import LoopConfig
-from kgpu.kube.resources import NODES, PODS, Resource
-from kgpu.kube.run import RunningScheduler, RunOptions
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import KubeError
+from kgpu.kube.api.resources import NODES, PODS, Resource
+from kgpu.kube.live.loop import LoopConfig
+from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
 
 KAPI_DIR = Path(os.environ.get("KAPI_DIR", "/var/cache/kube-apiserver-1.20"))
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)

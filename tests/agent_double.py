@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from kgpu.agent.agent_loop import Agent, AgentOptions, Observer
 from kgpu.agent.publish import DevicePublisher
-from kgpu.agent.run import Agent, AgentOptions, Observer
-from kgpu.kube.client import KubeClient, Timeouts
+from kgpu.kube.api.client import KubeClient, Timeouts
 from tests.gpu_probes import TableProbe
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, wait_until

@@ -6,7 +6,7 @@ from typing import Any
 
 import jsonschema
 
-from kgpu.kube.crds import custom_resource_definitions
+from kgpu.kube.install.crds import custom_resource_definitions
 
 Obj = dict[str, Any]
 

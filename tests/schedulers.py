@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kgpu.kube.client import Timeouts
-from kgpu.kube.leader import LeaseTiming
-from kgpu.kube.run import RunningScheduler, RunOptions
+from kgpu.kube.api.client import Timeouts
+from kgpu.kube.api.leader_election import LeaseTiming
+from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
 from tests.kube_double import KubeDouble
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from kgpu.agent.agent_loop import Agent, AgentOptions, Observer
 from kgpu.agent.health import AgentMetrics
 from kgpu.agent.probe import Xid
 from kgpu.agent.publish import DevicePublisher
-from kgpu.agent.run import Agent, AgentOptions, Observer
-from kgpu.kube.client import KubeClient, Timeouts
-from kgpu.kube.errors import Unavailable
-from kgpu.kube.health_server import HealthServer
+from kgpu.kube.api.client import KubeClient, Timeouts
+from kgpu.kube.api.errors import Unavailable
+from kgpu.kube.live.health_server import HealthServer
 from tests.gpu_probes import hgx_h100
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj

@@ -9,8 +9,8 @@ import pytest
 
 from kgpu.agent.inventory import GONE, discover
 from kgpu.agent.probe import NvLink
-from kgpu.kube.device_cr import links_annotation
-from kgpu.kube.fields import Fields
+from kgpu.kube.objects.device_cr import links_annotation
+from kgpu.kube.objects.fields import Fields
 from tests.gpu_probes import TableProbe, gpu, hgx_h100, two_islands
 
 

@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
+from kgpu.agent.agent_loop import Agent, AgentOptions, Observer
 from kgpu.agent.probe import Xid
 from kgpu.agent.publish import DevicePublisher
-from kgpu.agent.run import Agent, AgentOptions, Observer
-from kgpu.kube.client import KubeClient
-from kgpu.kube.events import EventRecorder
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.event_recorder import EventRecorder
 from tests.agent_double import (
     DEVICE_PATH,
     NODE,
@@ -45,7 +45,7 @@ def test_the_loop_rides_out_a_failing_server_and_stops_when_told(
 def test_a_critical_xid_makes_its_gpu_unhealthy_at_once_and_for_good(
     double: KubeDouble, client: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kgpu.agent.run")
+    caplog.set_level(logging.INFO, logger="kgpu.agent.agent_loop")
     probe = hgx_h100(4)
     probe.watchable = True
     observer = Observer(probe, None, ignored_xids=frozenset({94}), now=lambda: "T")

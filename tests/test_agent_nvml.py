@@ -23,7 +23,7 @@ from kgpu.agent.inventory import discover
 from kgpu.agent.nvml import NvmlProbe, sysfs_bus_id
 from kgpu.agent.probe import ProbeError
 from kgpu.cli import main
-from kgpu.kube.device_cr import devices_from_k8s
+from kgpu.kube.objects.device_cr import devices_from_k8s
 from tests.crd_schemas import errors
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, wait_until

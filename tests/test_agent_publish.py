@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from kgpu.agent.device_object import CHECKPOINT_ANNOTATION
-from kgpu.kube.client import KubeClient
-from kgpu.kube.device_cr import TOPOLOGY_ANNOTATION, devices_from_k8s
-from kgpu.kube.errors import Conflict, NotFound, Unavailable
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import Conflict, NotFound, Unavailable
+from kgpu.kube.objects.device_cr import TOPOLOGY_ANNOTATION, devices_from_k8s
 from tests.agent_double import (
     DEVICE_PATH,
     NODE,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from kgpu.agent.agent_loop import Observer
 from kgpu.agent.device_object import desired
-from kgpu.agent.run import Observer
 from kgpu.agent.sysfs import RdmaFacts, pci_chain, pcie_switch, rdma_devices
-from kgpu.kube.device_cr import devices_from_k8s
+from kgpu.kube.objects.device_cr import devices_from_k8s
 from tests.crd_schemas import errors
 from tests.gpu_probes import TableProbe, gpu
 

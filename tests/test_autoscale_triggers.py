@@ -11,8 +11,8 @@ import pytest
 
 from kgpu.autoscale.demand import PendingPod
 from kgpu.autoscale.planner import PlannerConfig, plan
-from kgpu.kube.convert import ConversionError
-from kgpu.kube.triggers import (
+from kgpu.kube.objects.node_pod import ConversionError
+from kgpu.kube.scaling.trigger_pods import (
     TriggerPodConfig,
     observed_trigger,
     pending_from_k8s,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.convert import ConversionError, node_from_k8s, pod_from_k8s, pod_node_name
+from kgpu.kube.objects.node_pod import ConversionError, node_from_k8s, pod_from_k8s, pod_node_name
 from kgpu.model.gpu import NO_GPU
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec

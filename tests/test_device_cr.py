@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.convert import ConversionError, node_from_k8s
-from kgpu.kube.device_cr import devices_from_k8s
+from kgpu.kube.objects.device_cr import devices_from_k8s
+from kgpu.kube.objects.node_pod import ConversionError, node_from_k8s
 from kgpu.model.devices import Checkpoint, Device
 from kgpu.model.topology import NVLINK, PCIE_RANKS
 from kgpu.state.cluster import ClusterState

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from kgpu.framework.status import Code
-from kgpu.kube.allocation import render_allocation
-from kgpu.kube.convert import node_from_k8s, pod_from_k8s
-from kgpu.kube.snapshot import SnapshotBuilder
+from kgpu.kube.objects.device_allocation import render_allocation
+from kgpu.kube.objects.node_pod import node_from_k8s, pod_from_k8s
+from kgpu.kube.snapshot.cache_snapshot import SnapshotBuilder
 from kgpu.model.gpu import GpuRequest, gpu_share
 from kgpu.plugins.gpu_choice import DeviceChoice, GpuTightest
 from kgpu.sim.manifest_results import PodStatus

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.reasons import INSUFFICIENT_GPU_MEMORY
-from kgpu.kube.allocation import ALLOCATION_ANNOTATION, parse, render_allocation
-from kgpu.kube.rebuild import account_recorded
+from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse, render_allocation
+from kgpu.kube.snapshot.allocation_rebuild import account_recorded
 from kgpu.model.devices import Device, NodeDevices
 from kgpu.model.gpu import GpuRequest, gpu_share, mig_instances, mps_replicas, whole_gpus
 from kgpu.model.node import NodeInfo

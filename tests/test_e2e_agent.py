@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from kgpu.agent.agent_loop import Agent, AgentOptions, Observer
 from kgpu.agent.publish import DevicePublisher
-from kgpu.agent.run import Agent, AgentOptions, Observer
-from kgpu.kube.client import KubeClient
-from kgpu.kube.device_cr import devices_from_k8s
-from kgpu.kube.errors import KubeError
-from kgpu.kube.events import EventRecorder
-from kgpu.kube.resources import DEVICES, EVENTS
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import KubeError
+from kgpu.kube.api.event_recorder import EventRecorder
+from kgpu.kube.api.resources import DEVICES, EVENTS
+from kgpu.kube.objects.device_cr import devices_from_k8s
 from tests.gpu_probes import hgx_h100
 from tests.kube_objects import allocation_of, node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401

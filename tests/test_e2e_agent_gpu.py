@@ -21,9 +21,9 @@ import pytest
 from kgpu.agent.inventory import discover
 from kgpu.agent.nvml import NvmlProbe
 from kgpu.agent.probe import ProbeError
-from kgpu.kube.client import KubeClient
-from kgpu.kube.errors import KubeError
-from kgpu.kube.resources import DEVICES
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import KubeError
+from kgpu.kube.api.resources import DEVICES
 from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
 from tests.test_e2e_webhook import api, crds  # noqa: F401

@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.client import KubeClient
-from kgpu.kube.errors import KubeError
-from kgpu.kube.resources import EVENTS, NODES, PODS, Resource
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import KubeError
+from kgpu.kube.api.resources import EVENTS, NODES, PODS, Resource
 from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -277,7 +277,7 @@ def test_a_scheduler_killed_mid_stream_loses_and_doubles_nothing(
 
 
 def test_what_the_binding_does_on_this_server(cluster: Cluster) -> None:
-    """What kgpu.kube.binder relies on, as the real server does it: a Binding's annotations
+    """What kgpu.kube.live.binder relies on, as the real server does it: a Binding's annotations
     land on the pod in the write that binds it; whether its uid and resourceVersion are
     preconditions is learned by dry runs, and where they are not (v1.20), a Binding with a
     stale uid does bind, which is why the binder reads the pod first there."""

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.client import KubeClient
-from kgpu.kube.errors import KubeError
-from kgpu.kube.resources import PODGROUPS, PRIORITY_CLASSES
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import KubeError
+from kgpu.kube.api.resources import PODGROUPS, PRIORITY_CLASSES
 from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
 from tests.test_e2e_queues import crds  # noqa: F401

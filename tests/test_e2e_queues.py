@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.client import KubeClient
-from kgpu.kube.crds import custom_resource_definitions
-from kgpu.kube.errors import Conflict, KubeError
-from kgpu.kube.resources import PODGROUPS, QUEUES, Resource
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import Conflict, KubeError
+from kgpu.kube.api.resources import PODGROUPS, QUEUES, Resource
+from kgpu.kube.install.crds import custom_resource_definitions
 from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.admission import WorkspaceNodes
-from kgpu.kube.certs import generate_tls
-from kgpu.kube.render import render_objects
-from kgpu.kube.render_parts import InstallOptions
-from kgpu.kube.webhook import WebhookServer, tls_context
+from kgpu.kube.admission.review import WorkspaceNodes
+from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
+from kgpu.kube.install.bundle import render_objects
+from kgpu.kube.install.options import InstallOptions
+from kgpu.kube.install.webhook_certs import generate_tls
 from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 
 pytestmark = pytest.mark.e2e
@@ -346,7 +346,7 @@ def test_the_real_server_denies_a_malformed_pod_with_our_message(api: Any, webho
             created = request(api, "POST", pods, pod(name, annotations, scheduler))
             admitted.append(name)
             assert created["metadata"]["annotations"] == annotations
-        # The pods webhook is registered for CREATE only (see kgpu.kube.render), so the
+        # The pods webhook is registered for CREATE only (see kgpu.kube.install.bundle), so the
         # scheduler's own annotation patches never wait on it.
         patch = {"metadata": {"annotations": {"kgpu.io/device-allocation": '{"gpu": []}'}}}
         _merge_patch(api, f"{pods}/good-{RUN}", patch)

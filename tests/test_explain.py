@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from kgpu.cli import main
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.kube.explain import (
+from kgpu.kube.explain.explanation import (
     QUEUES_NOT_ENFORCED,
     ExplainError,
     explain_bound,
@@ -24,7 +24,7 @@ from kgpu.kube.explain import (
     explain_object,
     explain_pending,
 )
-from kgpu.kube.near_miss import near_misses
+from kgpu.kube.explain.near_miss import near_misses
 from kgpu.model.devices import Device, NodeDevices
 from kgpu.model.taints import Effect
 from kgpu.state.cluster import ClusterState
@@ -179,7 +179,7 @@ def test_a_pod_that_fits_now_says_where_it_would_go(scheduler: Scheduler) -> Non
 
 
 def test_queue_tier_names_the_queue() -> None:
-    from kgpu.kube.explain import queue_tier
+    from kgpu.kube.explain.explanation import queue_tier
 
     pod = make_pod().build()
     assert queue_tier(pod) == f"no queue label (kgpu.io/queue); {QUEUES_NOT_ENFORCED}"
@@ -191,7 +191,7 @@ def test_queue_tier_names_the_queue() -> None:
 def test_queue_tier_says_the_queue_quota_once_queues_exist() -> None:
     from dataclasses import replace
 
-    from kgpu.kube.explain import queue_tier
+    from kgpu.kube.explain.explanation import queue_tier
     from kgpu.model.queue import QueueSpec
 
     pod = replace(make_pod().build(), queue="team-a")

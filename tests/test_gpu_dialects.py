@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.convert import ConversionError, pod_from_k8s
+from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s
 from kgpu.model.gpu import (
     GpuRequest,
     gpu_share,

@@ -15,13 +15,18 @@ import pytest
 
 from kgpu.autoscale.controller import ControllerConfig
 from kgpu.autoscale.planner import PlannerConfig
-from kgpu.kube.autoscaler import AutoscaleMetrics, AutoscaleOptions, Autoscaler, AutoscaleRunner
-from kgpu.kube.client import Timeouts
-from kgpu.kube.informer import Informer
-from kgpu.kube.loop import LoopConfig
-from kgpu.kube.nodeclaims import NODECLAIMS
-from kgpu.kube.run import RunningScheduler, RunOptions
-from kgpu.kube.triggers import TriggerPodConfig
+from kgpu.kube.api.client import Timeouts
+from kgpu.kube.api.informer import Informer
+from kgpu.kube.live.loop import LoopConfig
+from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
+from kgpu.kube.scaling.karpenter_objects import NODECLAIMS
+from kgpu.kube.scaling.live_autoscaler import (
+    AutoscaleMetrics,
+    AutoscaleOptions,
+    Autoscaler,
+    AutoscaleRunner,
+)
+from kgpu.kube.scaling.trigger_pods import TriggerPodConfig
 from kgpu.model.nodepool import CATALOGUE, NodePool
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj, wait_until

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from kgpu.cli import main
-from kgpu.kube import run
-from kgpu.kube.run import RunOptions
+from kgpu.kube.live import scheduler_process
+from kgpu.kube.live.scheduler_process import RunOptions
 
 
 def test_run_offers_the_options_of_a_scheduler() -> None:
@@ -64,7 +64,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[RunOptions]:
             started.append(options)
             raise OSError("stopped here")
 
-    monkeypatch.setattr(run, "RunningScheduler", Captured)
+    monkeypatch.setattr(scheduler_process, "RunningScheduler", Captured)
     return started
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kgpu.kube.client import KubeClient, Timeouts
-from kgpu.kube.errors import (
+from kgpu.kube.api.client import KubeClient, Timeouts
+from kgpu.kube.api.errors import (
     Conflict,
     Expired,
     Forbidden,
@@ -22,8 +22,8 @@ from kgpu.kube.errors import (
     Timeout,
     Unavailable,
 )
-from kgpu.kube.informer import Informer
-from kgpu.kube.resources import NODES, PODS, QUEUES
+from kgpu.kube.api.informer import Informer
+from kgpu.kube.api.resources import NODES, PODS, QUEUES
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj, wait_until
 

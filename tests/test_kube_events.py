@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kgpu.kube.client import KubeClient, Timeouts
-from kgpu.kube.events import NORMAL, EventRecorder
+from kgpu.kube.api.client import KubeClient, Timeouts
+from kgpu.kube.api.event_recorder import NORMAL, EventRecorder
 from tests.kube_double import KubeDouble
 from tests.kube_objects import pod_obj, wait_until
 

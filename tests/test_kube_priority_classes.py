@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.client import KubeClient
-from kgpu.kube.informer import Informer
-from kgpu.kube.loop import LoopConfig
-from kgpu.kube.queue_session import QueueReader
-from kgpu.kube.resources import PRIORITY_CLASSES
-from kgpu.kube.run import RunningScheduler
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.informer import Informer
+from kgpu.kube.api.resources import PRIORITY_CLASSES
+from kgpu.kube.live.loop import LoopConfig
+from kgpu.kube.live.scheduler_process import RunningScheduler
+from kgpu.kube.snapshot.session_input import QueueReader
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj
 from tests.test_kube_queues import Start, double, events, start, wait_until  # noqa: F401

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.client import Timeouts
-from kgpu.kube.convert import ConversionError
-from kgpu.kube.loop import LoopConfig
-from kgpu.kube.queues import podgroup_from_k8s, quantity_text, queue_from_k8s
-from kgpu.kube.run import RunningScheduler
+from kgpu.kube.api.client import Timeouts
+from kgpu.kube.live.loop import LoopConfig
+from kgpu.kube.live.scheduler_process import RunningScheduler
+from kgpu.kube.objects.node_pod import ConversionError
+from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, quantity_text, queue_from_k8s
 from kgpu.model.queue import QueueSpec
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj

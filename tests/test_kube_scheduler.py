@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.client import Timeouts
-from kgpu.kube.loop import LoopConfig
-from kgpu.kube.run import RunningScheduler
+from kgpu.kube.api.client import Timeouts
+from kgpu.kube.live.loop import LoopConfig
+from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
 from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, wait_until
 from tests.schedulers import fast_options, schedulers

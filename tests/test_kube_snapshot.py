@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.allocation import (
+from kgpu.kube.objects.device_allocation import (
     ALLOCATION_ANNOTATION,
     VISIBLE_DEVICES_ANNOTATION,
     DeviceAllocation,
     parse,
     render,
 )
-from kgpu.kube.convert import ConversionError, pod_from_k8s
-from kgpu.kube.snapshot import Assumed, SnapshotBuilder
+from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s
+from kgpu.kube.snapshot.cache_snapshot import Assumed, SnapshotBuilder
 from kgpu.model.gpu import whole_gpus
 from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey, PodSpec

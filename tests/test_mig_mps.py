@@ -3,7 +3,7 @@ on the nodes that offer them, and ``volcano.sh/card.name: "A|B"`` tried in the w
 
 from __future__ import annotations
 
-from kgpu.kube.convert import node_from_k8s, pod_from_k8s
+from kgpu.kube.objects.node_pod import node_from_k8s, pod_from_k8s
 from kgpu.model.card import node_cards
 from kgpu.model.gpu import mig_instances, mps_replicas
 from kgpu.model.node import NodeInfo

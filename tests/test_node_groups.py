@@ -23,7 +23,7 @@ from kgpu.framework.groups import (
 )
 from kgpu.framework.profile import WeightedPlugin
 from kgpu.framework.status import Reason
-from kgpu.kube.workspace_admission import group_scheduler
+from kgpu.kube.workspaces.placement_check import group_scheduler
 from kgpu.model.node import NodeName
 from kgpu.model.workspace import INSTANCE_TYPE_LABEL, LabelSelector, Operator, Requirement
 from kgpu.plugins import names

@@ -15,9 +15,9 @@ from cryptography import x509
 
 from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
 from kgpu.cli import main
-from kgpu.kube.certs import generate_tls, service_dns_names
-from kgpu.kube.render import render_objects, to_yaml
-from kgpu.kube.render_parts import InstallOptions, RenderError
+from kgpu.kube.install.bundle import render_objects, to_yaml
+from kgpu.kube.install.options import InstallOptions, RenderError
+from kgpu.kube.install.webhook_certs import generate_tls, service_dns_names
 from tests.crd_schemas import errors, schema_of
 
 # kubernetes-validate ships schemas from 1.25 on; the objects use no API that changed

@@ -10,7 +10,7 @@ import numpy as np
 from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Placement
-from kgpu.kube.allocation import (
+from kgpu.kube.objects.device_allocation import (
     ALLOCATION_ANNOTATION,
     VISIBLE_DEVICES_ANNOTATION,
     render_allocation,

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.admission import WorkspaceNodes
-from kgpu.kube.certs import generate_tls
-from kgpu.kube.client import KubeClient, Timeouts
-from kgpu.kube.webhook import MAX_BODY, WebhookServer, tls_context
-from kgpu.kube.workspace_nodes import ListedNodes
+from kgpu.kube.admission.review import WorkspaceNodes
+from kgpu.kube.admission.webhook_server import MAX_BODY, WebhookServer, tls_context
+from kgpu.kube.api.client import KubeClient, Timeouts
+from kgpu.kube.install.webhook_certs import generate_tls
+from kgpu.kube.workspaces.node_source import ListedNodes
 from tests.kube_double import KubeDouble
 from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 

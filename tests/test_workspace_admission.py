@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kgpu.framework.group_scheduler import DENIAL
-from kgpu.kube.convert import ConversionError
-from kgpu.kube.workspace_admission import (
+from kgpu.kube.objects.node_pod import ConversionError
+from kgpu.kube.workspaces.placement_check import (
     GroupProfileError,
     group_node_from_k8s,
     grouping_from_k8s,

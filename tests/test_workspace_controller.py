@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from kgpu.framework.group_scheduler import DENIAL
-from kgpu.kube.client import KubeClient
-from kgpu.kube.workspace_admission import group_scheduler
-from kgpu.kube.workspace_controller import (
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.workspaces.controller import (
     REQUEUE_NO_GROUP_S,
     REQUEUE_NOT_READY_S,
     WorkspaceController,
     reconcile,
 )
-from kgpu.kube.workspace_render import MultiNode
+from kgpu.kube.workspaces.placement_check import group_scheduler
+from kgpu.kube.workspaces.workload import MultiNode
 from tests.kube_double import LWS, KubeDouble
 from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 

@@ -19,7 +19,7 @@ from kgpu.framework.groups import (
     GroupCycle,
     NodeGroupKey,
 )
-from kgpu.kube.workspace_admission import group_scheduler, validate_workspace
+from kgpu.kube.workspaces.placement_check import group_scheduler, validate_workspace
 from kgpu.model.workspace import LabelSelector, WorkspaceSpec
 from kgpu.plugins.capacity_filter import CapacityFilter
 from kgpu.plugins.label_filter import LabelFilter

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from kgpu.framework.groups import NodeGroupKey
-from kgpu.kube.conditions import condition, merge_conditions
-from kgpu.kube.workspace_render import (
+from kgpu.kube.objects.conditions import condition, merge_conditions
+from kgpu.kube.workspaces.workload import (
     DEFAULT_IMAGE,
     NODE_GROUP_ANNOTATION,
     MultiNode,
-    RenderOptions,
+    WorkloadOptions,
     owner_reference,
     ready_replicas,
     render_workload,
@@ -82,7 +82,7 @@ def test_a_replica_on_one_node_is_a_deployment() -> None:
 
 def test_a_spanning_replica_is_a_stateful_set_per_replica() -> None:
     placement = restore_placement(workspace(2, 200 * GIB), A100_4)  # 2 nodes per replica
-    objects = render_workload(placement, options=RenderOptions(scheduler_name="kgpu-scheduler"))
+    objects = render_workload(placement, options=WorkloadOptions(scheduler_name="kgpu-scheduler"))
     assert kinds(objects) == [
         ("Service", "ws"),
         ("Service", "ws-headless"),
@@ -114,7 +114,7 @@ def test_a_spanning_replica_is_a_stateful_set_per_replica() -> None:
 def test_a_spanning_replica_as_a_leader_worker_set() -> None:
     placement = restore_placement(workspace(3, 200 * GIB), A100_4)
     objects = render_workload(
-        placement, options=RenderOptions(multi_node=MultiNode.LEADER_WORKER_SET)
+        placement, options=WorkloadOptions(multi_node=MultiNode.LEADER_WORKER_SET)
     )
     assert kinds(objects) == [("Service", "ws"), ("LeaderWorkerSet", "ws")]
     lws = objects[1]

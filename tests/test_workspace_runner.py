@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.loop import LoopConfig
-from kgpu.kube.run import RunningScheduler
-from kgpu.kube.workspace_runner import WorkspaceRunOptions, fingerprint
+from kgpu.kube.live.loop import LoopConfig
+from kgpu.kube.live.scheduler_process import RunningScheduler
+from kgpu.kube.workspaces.runner import WorkspaceRunOptions, fingerprint
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj, wait_until
 from tests.schedulers import fast_options, schedulers

@@ -14,10 +14,10 @@ from typing import Any, Final
 
 from kgpu.agent.device_object import desired, health_status, node_owner, without_status
 from kgpu.agent.inventory import Inventory
-from kgpu.kube.client import KubeClient
-from kgpu.kube.errors import Conflict, Forbidden, NotFound
-from kgpu.kube.events import now_rfc3339
-from kgpu.kube.resources import DEVICES, NODES, resource_version
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import Conflict, Forbidden, NotFound
+from kgpu.kube.api.event_recorder import now_rfc3339
+from kgpu.kube.api.resources import DEVICES, NODES, resource_version
 
 log = logging.getLogger(__name__)
 _ATTEMPTS: Final = 5

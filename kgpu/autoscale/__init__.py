@@ -2,5 +2,6 @@
 
 Pure, like the rest of the core: pods and node pools in, trigger pods to create (and a
 state machine's actions) out. The Kubernetes edge renders and applies them
-(:mod:`kgpu.kube.triggers`); the simulator plays the autoscaler (:mod:`kgpu.sim.provisioner`).
+(:mod:`kgpu.kube.scaling.trigger_pods`); the simulator plays the autoscaler
+(:mod:`kgpu.sim.provisioner`).
 """

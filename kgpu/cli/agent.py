@@ -104,16 +104,16 @@ def agent(
 
     import yaml
 
+    from kgpu.agent.agent_loop import Agent, AgentOptions, Observer
     from kgpu.agent.device_object import desired, health_status
     from kgpu.agent.health import AgentMetrics
     from kgpu.agent.nvml import NvmlProbe
     from kgpu.agent.probe import GpuUnreadable, ProbeError
     from kgpu.agent.publish import DevicePublisher
-    from kgpu.agent.run import Agent, AgentOptions, Observer
-    from kgpu.kube.client import KubeClient
-    from kgpu.kube.errors import KubeError
-    from kgpu.kube.events import EventRecorder, now_rfc3339
-    from kgpu.kube.health_server import HealthServer
+    from kgpu.kube.api.client import KubeClient
+    from kgpu.kube.api.errors import KubeError
+    from kgpu.kube.api.event_recorder import EventRecorder, now_rfc3339
+    from kgpu.kube.live.health_server import HealthServer
 
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

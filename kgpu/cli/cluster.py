@@ -67,8 +67,8 @@ def manifests(
     """Print the whole install as one YAML stream for `kubectl apply -f -`.
 
     With the webhook, a new certificate is made each time: keep the output as a Secret."""
-    from kgpu.kube.render import render_objects, to_yaml
-    from kgpu.kube.render_parts import InstallOptions, RenderError
+    from kgpu.kube.install.bundle import render_objects, to_yaml
+    from kgpu.kube.install.options import InstallOptions, RenderError
 
     opts = InstallOptions(
         namespace,
@@ -136,12 +136,12 @@ def webhook(
     import signal
     import tempfile
 
-    from kgpu.kube.admission import WorkspaceNodes
-    from kgpu.kube.certs import generate_tls
-    from kgpu.kube.errors import KubeError
-    from kgpu.kube.render import WEBHOOK_PATH
-    from kgpu.kube.webhook import WebhookServer, tls_context
-    from kgpu.kube.workspace_nodes import ListedNodes
+    from kgpu.kube.admission.review import WorkspaceNodes
+    from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
+    from kgpu.kube.api.errors import KubeError
+    from kgpu.kube.api.resources import WEBHOOK_PATH
+    from kgpu.kube.install.webhook_certs import generate_tls
+    from kgpu.kube.workspaces.node_source import ListedNodes
 
     if (cert is None) != (key is None):
         raise click.UsageError("--cert and --key go together")
@@ -196,7 +196,7 @@ def explain(
     pod: str, namespace: str, kubeconfig: str | None, scheduler_name: str, policy: str
 ) -> None:
     """Why POD (name or namespace/name) is pending, or where and on which GPUs it runs."""
-    from kgpu.kube.explain import ExplainError, explain_live
+    from kgpu.kube.explain.explanation import ExplainError, explain_live
 
     if "/" in pod:
         namespace, pod = pod.split("/", 1)
@@ -285,12 +285,12 @@ def run_scheduler(
     from kgpu.autoscale.controller import ControllerConfig
     from kgpu.autoscale.planner import PlannerConfig
     from kgpu.config import load_profile
-    from kgpu.kube.autoscaler import AutoscaleOptions
-    from kgpu.kube.errors import KubeError
-    from kgpu.kube.nodeclaims import NodePoolError
-    from kgpu.kube.run import RunningScheduler, RunOptions
-    from kgpu.kube.triggers import TriggerPodConfig
-    from kgpu.kube.workspace_runner import WorkspaceRunOptions
+    from kgpu.kube.api.errors import KubeError
+    from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
+    from kgpu.kube.scaling.karpenter_objects import NodePoolError
+    from kgpu.kube.scaling.live_autoscaler import AutoscaleOptions
+    from kgpu.kube.scaling.trigger_pods import TriggerPodConfig
+    from kgpu.kube.workspaces.runner import WorkspaceRunOptions
     from kgpu.sim.autoscale_run import load_nodepools
 
     if nodepool is not None and not autoscale:

@@ -146,8 +146,8 @@ def simulate_manifests(
 def _explain_simulated(directory: Path, policy: str, run: ManifestRun, pod: str) -> list[str]:
     """``--explain``: the pod's answer against the cluster as the simulation left it."""
     from kgpu.config import load_profile
-    from kgpu.kube.convert import object_ref
-    from kgpu.kube.explain import explain_bound, explain_object, explain_unreadable
+    from kgpu.kube.explain.explanation import explain_bound, explain_object, explain_unreadable
+    from kgpu.kube.objects.node_pod import object_ref
     from kgpu.plugins.registry import build_scheduler
     from kgpu.sim.manifest_results import PodStatus
     from kgpu.sim.manifests import read_documents
@@ -201,7 +201,7 @@ def simulate_workspaces(
     """Place inference Workspaces on a cluster's GPU node groups; print the group each got,
     the nodes its replicas take, or why it is denied. Denials are an outcome: exit code 0."""
     from kgpu.framework.group_scheduler import DENIAL
-    from kgpu.kube.workspace_admission import GroupProfileError
+    from kgpu.kube.workspaces.placement_check import GroupProfileError
     from kgpu.sim.manifests import ManifestError
     from kgpu.sim.workspaces import Outcome
     from kgpu.sim.workspaces import simulate_workspaces as run_workspaces
@@ -278,7 +278,7 @@ def simulate_autoscale(
     each pod waited and where it runs."""
     from rich.table import Table
 
-    from kgpu.kube.nodeclaims import NodePoolError
+    from kgpu.kube.scaling.karpenter_objects import NodePoolError
     from kgpu.sim.autoscale_run import (
         default_pools,
         full_cluster_scenario,

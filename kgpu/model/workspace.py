@@ -2,7 +2,7 @@
 replicas, how much GPU memory each needs, and which nodes it may use.
 
 A workspace is KAITO's shape (``resource`` and ``inference`` at the top level of the custom
-resource); the edge (:mod:`kgpu.kube.workspace_admission`) parses the object once into a
+resource); the edge (:mod:`kgpu.kube.workspaces.placement_check`) parses the object once into a
 :class:`WorkspaceSpec`, resolving a preset name into its per-replica GPU memory, so that the
 core never looks a preset up again and a workspace that asks for memory directly is the
 same thing to every filter.

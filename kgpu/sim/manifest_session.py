@@ -4,7 +4,7 @@ Where the manifests hold a ``Queue`` or a ``PodGroup`` (``kgpu.io/v1alpha1``), p
 placed one by one: the pods bound in the manifests (already accounted on their nodes) are
 the running tasks, the others the pending ones, and one session runs over them with the
 profile's actions (by default enqueue, allocate, backfill, reclaim, preempt), through the
-very code the live loop uses (:func:`kgpu.kube.queue_session.assemble`, then
+very code the live loop uses (:func:`kgpu.kube.snapshot.session_input.assemble`, then
 :func:`kgpu.actions.session_runner.run_session`): the same queue tree, fair shares, gangs,
 card quotas, PriorityClass of a PodGroup, victims.
 So a team can try a Queue or a gang on a copy of its cluster before it creates them.
@@ -23,8 +23,8 @@ from typing import Any
 from kgpu.actions.session_runner import run_session, session_config
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.kube.queue_session import QueueReader, assemble
-from kgpu.kube.snapshot import PendingPod, Snapshot
+from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, PendingPod
+from kgpu.kube.snapshot.session_input import QueueReader, assemble
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
 
 Obj = Mapping[str, Any]
@@ -51,7 +51,7 @@ def session_results(
         [{"metadata": {"name": name}, "value": value} for name, value in classes.items()],
     )
     pending = [p for p, _ in waiting]
-    made = assemble(Snapshot(run.state, bound=list(running)), pending, {}, objects, now=NOW)
+    made = assemble(CacheSnapshot(run.state, bound=list(running)), pending, {}, objects, now=NOW)
     decided = run_session(made.snapshot, scheduler, session_config(profile))
     run.notes.extend(problem.message for problem in objects.problems)
     evicted = {str(e.pod): e.message for e in decided.evictions}

@@ -3,7 +3,7 @@
 Every ``*.yaml`` and ``*.yml`` file of a directory (not its subdirectories, as ``kubectl
 apply -f DIR``) is read in name order, each document in file order; a ``List`` (or a
 ``PodList``/``NodeList`` as ``kubectl get -o yaml`` writes them) stands for its items. Nodes
-and Pods go through :mod:`kgpu.kube.convert`, the parsing the live scheduler uses;
+and Pods go through :mod:`kgpu.kube.objects.node_pod`, the parsing the live scheduler uses;
 PriorityClasses give pods their priority as the admission plugin would; kgpu's Queues and
 PodGroups (``kgpu.io``) make the run a session (:mod:`kgpu.sim.manifest_session`); other
 kinds are skipped with a note.
@@ -31,14 +31,14 @@ import yaml
 from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Placement, Scheduler
-from kgpu.kube.convert import (
+from kgpu.kube.objects.node_pod import (
     ConversionError,
     node_from_k8s,
     object_ref,
     pod_from_k8s,
     pod_node_name,
 )
-from kgpu.kube.snapshot import PendingPod
+from kgpu.kube.snapshot.cache_snapshot import PendingPod
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodSpec
 from kgpu.plugins.fragmentation import typical_pods

@@ -2,7 +2,7 @@
 
 Nodes come from Kubernetes Node manifests (a directory, as ``kubectl apply -f DIR`` reads
 it, or one file), read through :func:`kgpu.sim.manifests.read_documents` and
-:mod:`kgpu.kube.convert`, the parsing the live scheduler uses. Pods in the same manifests
+:mod:`kgpu.kube.objects.node_pod`, the parsing the live scheduler uses. Pods in the same manifests
 that are bound to a node (``spec.nodeName``) hold its GPUs, so a snapshot taken with
 ``kubectl get nodes,pods -A -o yaml`` replays as the cluster stands.
 
@@ -25,8 +25,12 @@ import yaml
 
 from kgpu.framework.group_scheduler import NoGroup
 from kgpu.framework.groups import GroupNode
-from kgpu.kube.convert import ConversionError, pod_from_k8s, pod_node_name
-from kgpu.kube.workspace_admission import group_node_from_k8s, group_scheduler, workspace_from_k8s
+from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, pod_node_name
+from kgpu.kube.workspaces.placement_check import (
+    group_node_from_k8s,
+    group_scheduler,
+    workspace_from_k8s,
+)
 from kgpu.model.node import NodeName
 from kgpu.plugins.node_groups import WorkspacePlacement, group_nodes, place_workspace
 from kgpu.sim.manifests import Document, ManifestError, read_documents

@@ -1,0 +1,123 @@
+"""The admission webhook's HTTPS server (``kgpu webhook``).
+
+``POST /validate`` takes an AdmissionReview v1 and answers with the verdict of
+:func:`kgpu.kube.admission.review.review`; ``GET /healthz`` answers "ok" for probes. The API server
+appends ``?timeout=10s`` to the path; the query is ignored. A Workspace's CREATE reads the
+cluster's Nodes (``workspaces``, see :mod:`kgpu.kube.workspaces.node_source`), within the hook's
+timeout.
+
+The standard library's threading HTTP server, one thread per connection: admission traffic
+is a few requests per pod created, and each verdict takes microseconds. The TLS handshake
+runs in the connection's thread (not in ``accept``), under the same timeout as the request,
+so a client that stalls mid-handshake holds up only itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from kgpu.kube.admission.review import ReviewError, WorkspaceNodes, review
+from kgpu.kube.api.resources import WEBHOOK_PATH
+
+log = logging.getLogger("kgpu.webhook")
+
+MAX_BODY: Final = 8 * 1024 * 1024  # a pod with many large annotations stays far below
+TIMEOUT_S: Final = 10.0  # the API server gives up after 10 s by default too
+
+
+def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+class WebhookServer(ThreadingHTTPServer):
+    """Serves admission reviews over TLS until :meth:`shutdown`."""
+
+    daemon_threads = True  # a hung client never keeps the process from exiting
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        context: ssl.SSLContext,
+        scheduler_name: str,
+        workspaces: WorkspaceNodes | None = None,
+    ) -> None:
+        super().__init__(address, _Handler)
+        self.scheduler_name = scheduler_name
+        self.workspaces = workspaces
+        self.socket = context.wrap_socket(
+            self.socket, server_side=True, do_handshake_on_connect=False
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def start_background(self) -> threading.Thread:
+        """Serve from a daemon thread (tests, and embedding in another process)."""
+        thread = threading.Thread(target=self.serve_forever, name="kgpu-webhook", daemon=True)
+        thread.start()
+        return thread
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops the connection or fails the handshake is routine, not a trace.
+        log.debug("connection from %s failed", client_address, exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: WebhookServer
+    timeout = TIMEOUT_S
+    protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses connections
+
+    def do_GET(self) -> None:
+        if urlsplit(self.path).path == "/healthz":
+            self._send(HTTPStatus.OK, b"ok\n", "text/plain")
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path != WEBHOOK_PATH:
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._send(HTTPStatus.LENGTH_REQUIRED, b"Content-Length required\n", "text/plain")
+            return
+        if not 0 <= length <= MAX_BODY:
+            self.close_connection = True  # the body is not read, so the stream is unusable
+            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, b"body too large\n", "text/plain")
+            return
+        body = self.rfile.read(length)
+        try:
+            answer = review(json.loads(body), self.server.scheduler_name, self.server.workspaces)
+        except (ValueError, ReviewError) as exc:  # JSONDecodeError is a ValueError
+            message = str(exc) if isinstance(exc, ReviewError) else "body is not JSON"
+            self._send(HTTPStatus.BAD_REQUEST, f"{message}\n".encode(), "text/plain")
+            return
+        response = answer["response"]
+        if not response["allowed"]:
+            log.info("denied %s", response["status"]["message"])
+        for warning in response.get("warnings", ()):
+            log.info("admitted with a warning: %s", warning)
+        self._send(HTTPStatus.OK, json.dumps(answer).encode(), "application/json")
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)

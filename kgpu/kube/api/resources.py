@@ -1,0 +1,97 @@
+"""The Kubernetes resource types kgpu reads and writes, the URL paths that name them, and the
+path its admission webhook is called at."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+from urllib.parse import quote
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One resource type of the API: where it lives and whether it is namespaced."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str = "", subresource: str = "") -> str:
+        """The URL path of the collection (all namespaces when ``namespace`` is None), or
+        of one object and optionally one of its subresources."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace is not None:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
+PODS: Final = Resource("", "v1", "pods", "Pod", namespaced=True)
+EVENTS: Final = Resource("", "v1", "events", "Event", namespaced=True)
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+# Cached by the loop (a PodGroup's spec.priorityClassName is its job's priority) and written
+# by the autoscaler (its trigger pods' class).
+PRIORITY_CLASSES: Final = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)
+
+# kgpu's own custom resources. Queues and Devices belong to the cluster (a queue tree spans
+# namespaces; a Device describes one node), PodGroups to the namespace of their pods, as in
+# Volcano, KAI and Koordinator.
+CRD_GROUP: Final = "kgpu.io"
+CRD_VERSION: Final = "v1alpha1"
+QUEUES: Final = Resource(CRD_GROUP, CRD_VERSION, "queues", "Queue", namespaced=False)
+PODGROUPS: Final = Resource(CRD_GROUP, CRD_VERSION, "podgroups", "PodGroup", namespaced=True)
+DEVICES: Final = Resource(CRD_GROUP, CRD_VERSION, "devices", "Device", namespaced=False)
+CUSTOM_RESOURCES: Final = (QUEUES, PODGROUPS, DEVICES)
+# Cached by the Workspace controller's runner (kgpu.kube.workspaces.runner), not the loop.
+WORKSPACES: Final = Resource(CRD_GROUP, CRD_VERSION, "workspaces", "Workspace", namespaced=True)
+
+# The path the API server posts AdmissionReviews to: served by the webhook
+# (kgpu.kube.admission.webhook_server), registered by the install (kgpu.kube.install.bundle).
+WEBHOOK_PATH: Final = "/validate"
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``metadata`` of an object as the API returns it (an empty mapping if missing)."""
+    value = obj.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """ "namespace/name" for namespaced objects, "name" for the others: the cache key."""
+    m = meta(obj)
+    namespace = m.get("namespace")
+    name = str(m.get("name", ""))
+    return f"{namespace}/{name}" if namespace else name
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("resourceVersion", ""))
+
+
+def uid(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("uid", ""))
+
+
+def parse_time(value: object) -> float:
+    """An RFC 3339 timestamp ("2025-01-02T03:04:05Z") as seconds since the epoch; 0 if absent."""
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

@@ -1,0 +1,118 @@
+"""The node agent's part of the install: a DaemonSet of ``kgpu agent`` on the GPU nodes.
+
+Each agent pod reads its node's GPUs through NVML, which the NVIDIA container runtime
+mounts into a container that asks for the driver's utility libraries
+(``NVIDIA_DRIVER_CAPABILITIES=utility``, ``NVIDIA_VISIBLE_DEVICES=all``) without taking
+any GPU from the device plugin, as NVIDIA's own feature discovery does. It reads the
+kubelet's device checkpoint from a read-only host mount, and may write only Devices (and
+read the Node it owns its Device by).
+"""
+
+from __future__ import annotations
+
+from kgpu.kube.install.crds import GROUP
+from kgpu.kube.install.options import (
+    InstallOptions,
+    Obj,
+    cluster_identity,
+    component_labels,
+    container_security,
+    field_env,
+    object_meta,
+    rbac_rule,
+)
+
+# Where the kubelet keeps its device checkpoint (`kgpu agent --kubelet-checkpoint`).
+DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
+
+
+AGENT_METRICS_PORT = 10261  # `kgpu agent`'s default
+
+
+def agent_args() -> list[str]:
+    """The agent container's command line; the node comes from NODE_NAME."""
+    return ["agent", "--interval=10", f"--metrics-port={AGENT_METRICS_PORT}"]
+
+
+def agent_rules() -> list[Obj]:
+    """Only what ``kgpu agent`` does: read its Device, create it, replace it, patch its
+    status; read its Node for the owner reference; tell a GPU's health as an Event."""
+    return [
+        rbac_rule([GROUP], ["devices"], ["get", "create", "update"]),
+        rbac_rule([GROUP], ["devices/status"], ["patch"]),
+        rbac_rule([""], ["nodes"], ["get"]),
+        rbac_rule([""], ["events"], ["create"]),
+    ]
+
+
+def agent_objects(opts: InstallOptions) -> list[Obj]:
+    name = f"{opts.scheduler_name}-agent"
+    meta = object_meta(opts, name, "agent")
+    labels = component_labels(opts, "agent")
+    container: Obj = {
+        "name": "agent",
+        "image": opts.image,
+        "args": agent_args(),
+        "env": [
+            field_env("NODE_NAME", "spec.nodeName"),
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+        ],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        # Root, to read the kubelet's checkpoint (the kubelet writes it for root alone);
+        # nothing else: no capabilities, no writes but to the API.
+        "securityContext": container_security(),
+        "ports": [{"name": "metrics", "containerPort": AGENT_METRICS_PORT, "protocol": "TCP"}],
+        # 503 once no round has ended for 300 s: an NVML call hung on a GPU in a bad state.
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics", "scheme": "HTTP"},
+            "periodSeconds": 30,
+            "failureThreshold": 3,
+            "timeoutSeconds": 2,
+        },
+        "volumeMounts": [
+            {"name": "device-plugins", "mountPath": DEVICE_PLUGINS_DIR, "readOnly": True}
+        ],
+    }
+    pod: Obj = {
+        "serviceAccountName": name,
+        "priorityClassName": "system-node-critical",
+        "nodeSelector": opts.agent_selector(),
+        # GPU nodes are often tainted for GPU work only; the agent must run there anyway.
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+        ],
+        "containers": [container],
+        **({"runtimeClassName": opts.agent_runtime_class} if opts.agent_runtime_class else {}),
+        "volumes": [{"name": "device-plugins", "hostPath": {"path": DEVICE_PLUGINS_DIR}}],
+    }
+    return [
+        *cluster_identity(opts, name, "agent", agent_rules()),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": meta,
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "updateStrategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": "10%"},
+                },
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {
+                            "prometheus.io/scrape": "true",
+                            "prometheus.io/port": str(AGENT_METRICS_PORT),
+                            "prometheus.io/path": "/metrics",
+                        },
+                    },
+                    "spec": pod,
+                },
+            },
+        },
+    ]

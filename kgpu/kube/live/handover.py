@@ -1,0 +1,156 @@
+"""A session's binds carried out: reserved as assumed, bound by a pool, settled.
+
+Each bind a session decides is checked against the cache once more (a pod deleted, created
+again or bound by someone while the session decided is undone in the snapshot and
+dropped), recorded as ``Assumed`` so the next session, which may start while the bind is
+in flight, counts its resources, and handed to the binder pool (:mod:`kgpu.kube.live.binder`).
+
+How each outcome settles (the binder's thread, under the loop's lock):
+
+- BOUND: the pod waits no more; Scheduled event; the assumed entry stays until the cache
+  shows the pod bound (the snapshot then counts it from its annotation);
+- UNCERTAIN (a timeout): the entry stays for ``uncertain_grace`` seconds, then goes if the
+  cache still shows the pod unbound;
+- GONE (404, or another pod under the name): the reservation goes;
+- REJECTED: the reservation goes and the pod backs off, with a FailedScheduling event;
+  unless it was rejected because this scheduler is no longer the leader: then it is only
+  dropped.
+
+A released reservation wakes the loop: other pods may fit now.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any
+
+from kgpu.actions.allocate import Bind, undo
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.event_recorder import NORMAL, WARNING, EventRecorder
+from kgpu.kube.api.informer import Informer
+from kgpu.kube.api.resources import uid
+from kgpu.kube.live.binder import BindOutcome, BindResult, bind_pod
+from kgpu.kube.live.metrics import SchedulerMetrics
+from kgpu.kube.live.waiting import WaitingBook
+from kgpu.kube.objects.device_allocation import render_allocation
+from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, pod_fields
+from kgpu.model.pod import PodKey
+from kgpu.state.records import Allocation
+
+log = logging.getLogger(__name__)
+
+Submit = Callable[..., "Future[Any]"]
+
+
+class HandOver:
+    def __init__(
+        self,
+        client: KubeClient,
+        pods: Informer,
+        recorder: EventRecorder,
+        metrics: SchedulerMetrics,
+        *,
+        submit: Submit,
+        is_leader: Callable[[], bool],
+        lock: threading.Lock,
+        assumed: dict[PodKey, Assumed],
+        book: WaitingBook,
+        wake: threading.Event,
+        uncertain_grace: float,
+    ) -> None:
+        self.client = client
+        self.pods = pods
+        self.recorder = recorder
+        self.metrics = metrics
+        self._submit = submit
+        self.is_leader = is_leader
+        self._lock = lock
+        self._assumed = assumed  # the loop's: shared, guarded by ``lock``
+        self._book = book
+        self._wake = wake
+        self.uncertain_grace = uncertain_grace
+        self.bound = 0  # binds done, for benchmarks and logs
+
+    def hand_over(
+        self, snap: CacheSnapshot, bind: Bind, alloc: Allocation, seen: PendingPod, message: str
+    ) -> None:
+        """Carry out ``bind``, whose pod the session gave ``alloc`` (its devices) in
+        ``snap.state``."""
+        current = self.pods.get(bind.pod)
+        if current is None or uid(current) != uid(seen.obj) or pod_fields(current)[1]:
+            undo(snap.state, bind)  # deleted (or bound by someone) while the session decided
+            return
+        entry = Assumed(uid(current), seen.spec, bind.node, bind.gpus)
+        # Everything the pod holds on its node (GPU minors and memory, MIG, RDMA, FPGA),
+        # not only whole or shared GPUs: the node agent reads the devices from here.
+        held = alloc.gpus or alloc.rdma or alloc.fpga or alloc.mig_count
+        annotations = render_allocation(snap.state, alloc) if held else {}
+        with self._lock:
+            self._assumed[bind.pod] = entry
+        self._submit(self._bind, current, bind, entry, annotations, message)
+
+    def _bind(
+        self,
+        obj: Mapping[str, Any],
+        bind: Bind,
+        entry: Assumed,
+        annotations: Mapping[str, str],
+        message: str,
+    ) -> None:
+        if not self.is_leader():
+            outcome = BindOutcome(BindResult.REJECTED, "no longer the leader")
+            self._settle(obj, bind, entry, outcome, message, back_off=False)
+            return
+        outcome = bind_pod(self.client, obj, bind.node, annotations)
+        if outcome.check_s:
+            self.metrics.attempt_latency.labels("check").observe(outcome.check_s)
+        if outcome.result != BindResult.REJECTED or outcome.bind_s:
+            self.metrics.attempt_latency.labels("bind").observe(outcome.bind_s)
+        self._settle(obj, bind, entry, outcome, message, back_off=True)
+
+    def _settle(
+        self,
+        obj: Mapping[str, Any],
+        bind: Bind,
+        entry: Assumed,
+        outcome: BindOutcome,
+        message: str,
+        *,
+        back_off: bool,
+    ) -> None:
+        key = bind.pod
+        now = time.monotonic()
+        waited = None
+        with self._lock:
+            mine = self._assumed.get(key) is entry
+            if outcome.result == BindResult.BOUND:
+                waited = self._book.bound(key, now)
+                self.bound += 1
+            elif outcome.result == BindResult.UNCERTAIN:
+                if mine:
+                    self._assumed[key] = replace(entry, expires=now + self.uncertain_grace)
+            else:
+                if mine:
+                    del self._assumed[key]
+                if outcome.result == BindResult.REJECTED and back_off:
+                    self._book.back_off(key, uid(obj), outcome.message, now)
+        if outcome.result in (BindResult.GONE, BindResult.REJECTED):
+            self._wake.set()  # the reservation went: other pods may fit now
+        if outcome.result == BindResult.BOUND:
+            self.metrics.attempts.labels("scheduled").inc()
+            if waited is not None:
+                self.metrics.pod_latency.observe(waited)
+            self.recorder.emit(obj, NORMAL, "Scheduled", message)
+        elif outcome.result == BindResult.REJECTED and back_off:
+            self.metrics.attempts.labels("error").inc()
+            log.info("%s: bind to %s rejected: %s", key, bind.node, outcome.message)
+            self.recorder.emit(
+                obj, WARNING, "FailedScheduling", f"Binding rejected: {outcome.message}"
+            )
+        else:
+            log.info("%s: bind to %s %s: %s", key, bind.node, outcome.result, outcome.message)

@@ -1,0 +1,264 @@
+"""``kgpu run``: the live scheduler, assembled from the edge's parts.
+
+Start order matters for the promise that a restarted scheduler rebuilds its allocations
+before binding anything new: the informers start first, and the loop runs its first
+session only once every cache (Nodes, Pods, PriorityClasses, and the kgpu.io custom
+resources, absent or not) has listed; every bound pod's annotation is then in the snapshot.
+
+With ``RunOptions.autoscale`` set (``kgpu run --autoscale``), Karpenter's NodeClaims are
+cached too (a cluster without Karpenter reads as none) and the autoscaler
+(:mod:`kgpu.kube.scaling.live_autoscaler`) runs on its own thread, on the leader only, once
+the caches have synced; it installs the trigger pods' PriorityClass before its first round.
+
+The Workspace controller (:mod:`kgpu.kube.workspaces.runner`) runs on its own thread too, on
+the leader only, once the Node cache has listed; ``RunOptions.workspaces`` None turns it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field, replace
+
+from kgpu.kube.api.client import KubeClient, Timeouts, load_configuration
+from kgpu.kube.api.errors import Conflict, KubeError, NotFound
+from kgpu.kube.api.event_recorder import EventRecorder
+from kgpu.kube.api.informer import Informer
+from kgpu.kube.api.leader_election import LeaderElector, LeaseTiming
+from kgpu.kube.api.resources import (
+    CUSTOM_RESOURCES,
+    DEVICES,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+)
+from kgpu.kube.live.health_server import HealthServer
+from kgpu.kube.live.loop import LoopConfig, SchedulerLoop
+from kgpu.kube.live.metrics import SchedulerMetrics
+from kgpu.kube.scaling.karpenter_objects import NODECLAIMS
+from kgpu.kube.scaling.live_autoscaler import (
+    AutoscaleMetrics,
+    AutoscaleOptions,
+    Autoscaler,
+    AutoscaleRunner,
+)
+from kgpu.kube.scaling.trigger_pods import render_priority_class
+from kgpu.kube.workspaces.runner import WorkspaceRunner, WorkspaceRunOptions
+
+log = logging.getLogger(__name__)
+
+
+def default_identity() -> str:
+    """client-go's choice: the host name and a random suffix, unique per process."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    kubeconfig: str | None = None
+    scheduler_name: str = "kgpu-scheduler"
+    policy: str = "kgpu"
+    metrics_port: int | None = 10251  # 0: any free port; None: no HTTP endpoint
+    metrics_host: str = "0.0.0.0"
+    leader_elect: bool = True
+    lease_namespace: str = "kube-system"
+    lease_name: str = ""  # default: the scheduler name
+    identity: str = field(default_factory=default_identity)
+    lease: LeaseTiming = field(default_factory=LeaseTiming)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    watch_seconds: int | None = None  # default: Timeouts.watch
+    loop: LoopConfig | None = None  # default: LoopConfig(scheduler_name, policy)
+    event_workers: int = 2
+    # None: no autoscaling. Its scheduler_name is replaced by the loop's.
+    autoscale: AutoscaleOptions | None = None
+    # None: no Workspace controller (`kgpu run --no-workspaces`).
+    workspaces: WorkspaceRunOptions | None = field(default_factory=WorkspaceRunOptions)
+
+
+class RunningScheduler:
+    """Everything ``kgpu run`` starts, so that it can be stopped cleanly (tests run several
+    in one process)."""
+
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        config = options.loop or LoopConfig(
+            scheduler_name=options.scheduler_name, policy=options.policy
+        )
+        self.client = KubeClient(
+            load_configuration(options.kubeconfig),
+            timeouts=options.timeouts,
+            user_agent=f"kgpu-scheduler/{options.identity}",
+            pool_size=config.bind_workers + options.event_workers + 8,
+        )
+        watch = options.watch_seconds
+        self.nodes = Informer(self.client, NODES, watch_seconds=watch)
+        self.pods = Informer(self.client, PODS, watch_seconds=watch)
+        # Queues, PodGroups and Devices are cached for the loop's sessions; a cluster
+        # without the CRDs is scheduled all the same (every pod in the default queue).
+        self.custom = [
+            Informer(self.client, r, optional=True, watch_seconds=watch) for r in CUSTOM_RESOURCES
+        ]
+        # A PodGroup's spec.priorityClassName is its job's priority. Built in since v1.14,
+        # so not optional: without it jobs would rank wrongly until it listed.
+        self.priority_classes = Informer(self.client, PRIORITY_CLASSES, watch_seconds=watch)
+        self.informers = [self.nodes, self.pods, self.priority_classes, *self.custom]
+        self.claims: Informer | None = None
+        if options.autoscale is not None:
+            self.claims = Informer(self.client, NODECLAIMS, optional=True, watch_seconds=watch)
+            self.informers.append(self.claims)
+        self.elector: LeaderElector | None = None
+        if options.leader_elect:
+            self.elector = LeaderElector(
+                self.client,
+                options.identity,
+                name=options.lease_name or options.scheduler_name,
+                namespace=options.lease_namespace,
+                timing=options.lease,
+            )
+        self.metrics = SchedulerMetrics()
+        self.recorder = EventRecorder(
+            self.client,
+            component=config.scheduler_name,
+            instance=options.identity,
+            workers=options.event_workers,
+        )
+        elector = self.elector
+        self.loop = SchedulerLoop(
+            self.client,
+            self.nodes,
+            self.pods,
+            self.recorder,
+            self.metrics,
+            config,
+            is_leader=elector.is_leader if elector is not None else lambda: True,
+            synced=self.synced,
+            devices=next(i for i in self.custom if i.resource == DEVICES),
+            queues=next(i for i in self.custom if i.resource == QUEUES),
+            podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
+            priority_classes=self.priority_classes,
+        )
+        self.workspaces: WorkspaceRunner | None = None
+        if options.workspaces is not None:
+            leads = elector.is_leader if elector is not None else lambda: True
+            self.workspaces = WorkspaceRunner(
+                self.client,
+                options.workspaces,
+                ready=lambda: self.nodes.synced.is_set() and leads(),
+                nodes=self.nodes.items,
+                watch_seconds=watch,
+            )
+        self.autoscaler: Autoscaler | None = None
+        self._autoscale: AutoscaleRunner | None = None
+        self._priority_class_done = False
+        if options.autoscale is not None and self.claims is not None:
+            self.autoscaler = Autoscaler(
+                self.client,
+                replace(options.autoscale, scheduler_name=config.scheduler_name),
+                emit=self.recorder.emit,
+                metrics=AutoscaleMetrics(self.metrics.registry),
+            )
+            loop = self.loop
+            self._autoscale = AutoscaleRunner(
+                self.autoscaler,
+                self.pods.items,
+                self.claims.items,
+                self.nodes.items,
+                assumed=lambda: loop.assumed().keys(),
+                ready=self._autoscale_ready,
+            )
+        self.server: HealthServer | None = None
+        if options.metrics_port is not None:
+            self.server = HealthServer(
+                self.metrics.render,
+                self.not_ready,
+                host=options.metrics_host,
+                port=options.metrics_port,
+            )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.loop.run, args=(self._stop,), name="loop")
+
+    @property
+    def port(self) -> int | None:
+        return self.server.port if self.server is not None else None
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def _autoscale_ready(self) -> bool:
+        """Synced and leading; the PriorityClass is installed once, before the first round."""
+        leading = self.elector is None or self.elector.is_leader()
+        if not (leading and self.synced()):
+            return False
+        if not self._priority_class_done and self.autoscaler is not None:
+            self._priority_class_done = True
+            self._install_priority_class(self.autoscaler)
+        return True
+
+    def _install_priority_class(self, autoscaler: Autoscaler) -> None:
+        """Create the triggers' PriorityClass unless it exists; a failure is logged (the
+        trigger pods' creates then fail and say why) and not retried."""
+        obj = render_priority_class(autoscaler.options.pods)
+        name = obj["metadata"]["name"]
+        try:
+            self.client.get(PRIORITY_CLASSES, name)
+        except NotFound:
+            try:
+                self.client.create(PRIORITY_CLASSES, obj)
+                log.info("created PriorityClass %s for trigger pods", name)
+            except Conflict:
+                pass  # made meanwhile
+            except KubeError as exc:
+                log.warning("PriorityClass %s not created: %s", name, exc)
+        except KubeError as exc:
+            log.warning("PriorityClass %s not read: %s", name, exc)
+
+    def not_ready(self) -> list[str]:
+        """What /readyz waits for; empty when ready."""
+        missing = [f"{i.resource.plural} cache" for i in self.informers if not i.synced.is_set()]
+        if self.elector is not None and not self.elector.status_known.is_set():
+            missing.append("leader election")
+        return missing
+
+    def start(self) -> RunningScheduler:
+        if self.server is not None:
+            self.server.start()
+        self.recorder.start()
+        for informer in self.informers:
+            informer.start()
+        if self.elector is not None:
+            self.elector.start()
+        self._thread.start()
+        if self._autoscale is not None:
+            self._autoscale.start()
+        if self.workspaces is not None:
+            self.workspaces.start()
+        log.info(
+            "kgpu scheduler %s (%s) started; metrics on port %s",
+            self.options.scheduler_name,
+            self.options.identity,
+            self.port,
+        )
+        return self
+
+    def stop(self) -> None:
+        """Stop deciding, let the binds in flight finish, give the lease up, stop the rest."""
+        self._stop.set()
+        if self._autoscale is not None:
+            self._autoscale.stop()
+        if self.workspaces is not None:
+            self.workspaces.stop()
+        if self._thread.is_alive():
+            self._thread.join(10.0)
+        self.loop.close()
+        if self.elector is not None:
+            self.elector.stop()
+        for informer in self.informers:
+            informer.stop()
+        self.recorder.stop()
+        if self.server is not None:
+            self.server.stop()
+        self.client.close()

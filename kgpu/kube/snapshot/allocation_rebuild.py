@@ -1,0 +1,111 @@
+"""Bound pods accounted on a fresh ClusterState: what a restarted scheduler knows.
+
+- A pod kgpu placed holds exactly what its ``kgpu.io/device-allocation`` annotation records:
+  the same GPU minors, the same milli and MiB on each, the same RDMA and FPGA minors and
+  MIG instances, so the rebuilt state equals the one the scheduler had before it stopped
+  (the annotation is written from that state, by the Binding itself, see
+  :func:`kgpu.kube.objects.device_allocation.render_allocation` and :mod:`kgpu.kube.live.binder`).
+  A record that asks less than the pod's request now holds the request (reading more than
+  was held is the safe error).
+- A pod someone else placed has no record. Whole GPUs it asks for are the ones the
+  kubelet's checkpoint names (the Device resource's checkpoint annotation, by pod UID)
+  when that is known, else the lowest free minors; a share goes to the lowest GPU with
+  room; MIG instances, RDMA and FPGA devices are counted.
+
+Nothing here raises for bad input: a function that cannot account a pod says why (or
+returns None), and the caller holds the node instead (``kgpu.state.holding``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kgpu.kube.objects.device_allocation import DeviceAllocation
+from kgpu.model.gpu import GpuKind
+from kgpu.model.pod import PodSpec
+from kgpu.model.units import MILLI_PER_GPU
+from kgpu.plugins.gpu_fit import gpu_fits
+from kgpu.state.cluster import AllocationError, ClusterState
+
+WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def account_recorded(state: ClusterState, spec: PodSpec, node: int, found: DeviceAllocation) -> str:
+    """Allocate what ``found`` records for ``spec`` on ``node``; "" if done, else why not."""
+    devices = state.devices[node]
+    slot_of = {d.minor: i for i, d in enumerate(devices.gpus)}
+    name = state.nodes[node].name
+    req = spec.gpu
+    if len(found.minors) != req.gpu_slots:
+        return f"names {len(found.minors)} GPUs, expected the {req.gpu_slots} the pod requests"
+    if any(m not in slot_of for m in found.minors):
+        return f"names GPUs {list(found.minors)} of node {name}, expected GPUs that exist there"
+    if req.kind is GpuKind.MIG and found.mig and dict(found.mig).get(req.mig_profile) != req.count:
+        return f"names MIG instances {dict(found.mig)}, expected {req.count} {req.mig_profile}"
+    slots = tuple(slot_of[m] for m in found.minors)
+    need = None
+    if len(slots) == 1:
+        natural = state.gpu_need(spec, node, slots[0])
+        if natural is not None:
+            mib = found.memory_mib[0] if found.memory_mib else natural[1]
+            held = (max(found.milli, natural[0]), max(mib, natural[1]))
+            need = None if held == natural else (min(held[0], MILLI_PER_GPU), held[1])
+    rdma = _slots(found.rdma, [d.minor for d in devices.rdma], req.rdma)
+    fpga = _slots(found.fpga, [d.minor for d in devices.fpga], req.fpga)
+    try:
+        state.allocate(spec, node, slots, need=need, rdma=rdma, fpga=fpga)
+    except AllocationError:
+        return (
+            f"names GPUs {list(found.minors)} of node {name}, expected GPUs that exist "
+            "there and have room"
+        )
+    return ""
+
+
+def _slots(minors: tuple[int, ...], pool: list[int], count: int) -> list[int] | None:
+    """The slots of recorded device minors; None (choose anew) if the record does not fit."""
+    slots = [pool.index(m) for m in minors if m in pool]
+    return slots if len(slots) == len(minors) == count else None
+
+
+def account_unrecorded(state: ClusterState, spec: PodSpec, node: int, uid: str = "") -> str | None:
+    """Account a bound pod that carries no record; where it went, or None if it cannot."""
+    req = spec.gpu
+    name = state.nodes[node].name
+    slots: tuple[int, ...] | None = ()
+    if req.gpu_slots:
+        slots = _checkpointed(state, spec, node, uid) if uid else None
+        if slots is None:
+            slots = lowest_free(state, spec, node)
+    if slots is None:
+        return None
+    try:
+        state.allocate(spec, node, slots)
+    except AllocationError:
+        return None
+    return f"on GPUs {','.join(map(str, slots))} of {name}" if slots else f"on {name}"
+
+
+def lowest_free(state: ClusterState, spec: PodSpec, node: int) -> tuple[int, ...] | None:
+    """The lowest-numbered GPUs that can take the pod's request now, or None."""
+    fits, _ = gpu_fits(state, spec.gpu, np.array([node], dtype=np.int64))
+    chosen = tuple(np.flatnonzero(fits[0]).tolist())[: spec.gpu.gpu_slots]
+    return chosen if len(chosen) == spec.gpu.gpu_slots else None
+
+
+def _checkpointed(
+    state: ClusterState, spec: PodSpec, node: int, uid: str
+) -> tuple[int, ...] | None:
+    """The GPUs the kubelet's checkpoint says this pod holds, if they are all free."""
+    req = spec.gpu
+    if req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
+        return None
+    devices = state.devices[node]
+    ids: list[str] = []
+    for entry in devices.checkpoints:
+        if entry.pod_uid == uid and entry.resource == WHOLE_GPU_RESOURCE:
+            ids.extend(entry.device_ids)
+    slots = devices.gpu_slots_of(tuple(ids)) if ids else None
+    if slots is None or len(slots) != req.count:
+        return None
+    return slots if not state.fits(spec, node, slots) else None

@@ -1,0 +1,252 @@
+"""A fresh ClusterState for each scheduling session, built from the informers' caches.
+
+What is in it:
+
+- Nodes: the Ready ones, by name order (so ties break the same way every session). A node
+  that cannot be read is left out with a Warning naming the field.
+- Every pod bound to one of them that has not finished (Succeeded and Failed pods hold
+  nothing, as kube-scheduler counts them), whichever scheduler bound it, so kgpu shares
+  nodes with the default scheduler:
+
+  1. Our pods first, each on the GPU minors its ``kgpu.io/device-allocation`` annotation
+     records: this is how a restarted scheduler gets back the allocations it made.
+  2. Then every other bound pod on the GPUs the kubelet's checkpoint names for it (the
+     node's Device resource carries it), else on the lowest-numbered GPUs that have room
+     for it (the device plugin's choice is not otherwise visible from the API).
+  3. Then the pods this scheduler placed whose binding the cache has not shown yet
+     (``Assumed``), so two sessions never hand out the same GPU.
+
+- The pods to schedule: ours (``spec.schedulerName``), unbound, not being deleted, and not
+  assumed.
+
+Bad input never loses or double-counts an allocation. An annotation that cannot be read,
+or that names GPUs the pod cannot have, gives a Warning (a ``Problem``) and the pod is
+accounted as a foreign pod is, once. A bound pod that does not fit where it is (an
+overcommitted node, or a request kgpu cannot read) holds everything the node has left:
+the node is full to kgpu until the pod goes, which over-reserves rather than over-commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgpu.kube.api.resources import meta, object_key, uid
+from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION
+from kgpu.kube.objects.node_pod import ConversionError, object_ref
+from kgpu.kube.snapshot.allocation_rebuild import account_recorded, account_unrecorded
+from kgpu.kube.snapshot.conversion_cache import ConversionCache, PodReading, pod_fields
+from kgpu.model.node import NodeName
+from kgpu.model.pod import PodKey, PodSpec
+from kgpu.state.cluster import ClusterState
+from kgpu.state.holding import hold_rest
+
+__all__ = ["Assumed", "CacheSnapshot", "PendingPod", "Problem", "SnapshotBuilder", "pod_fields"]
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """A pod this scheduler placed whose binding the cache has not shown yet.
+
+    ``expires`` (a ``time.monotonic`` instant) is set when the outcome of the binding is
+    unknown (a timeout): if the cache still shows the pod unbound then, the reservation
+    goes and the pod is scheduled again. None while the bind is in flight or after it
+    succeeded: the entry then lasts until the cache shows the pod bound or deleted.
+    """
+
+    uid: str
+    spec: PodSpec
+    node: NodeName
+    gpus: tuple[int, ...]
+    expires: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something wrong with an object, to report as a Warning event on it."""
+
+    obj: Mapping[str, Any]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    obj: Mapping[str, Any]
+    spec: PodSpec
+
+
+@dataclass(slots=True)
+class CacheSnapshot:
+    state: ClusterState
+    pending: list[PendingPod] = field(default_factory=list)
+    unreadable: list[tuple[Mapping[str, Any], ConversionError]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    specs: list[PodSpec] = field(default_factory=list)  # every readable pod: typical pods
+    # Our readable pods bound to a Ready node and not being deleted: a session's running
+    # tasks (a pod on its way out is no one's victim any more).
+    bound: list[PendingPod] = field(default_factory=list)
+    # Ready nodes where some pod is terminating: still holding what it held until it is
+    # gone (a preemptor nominated there waits for that, see kgpu.kube.live.waiting).
+    terminating: set[str] = field(default_factory=set)
+    from_annotations: int = 0
+    foreign: int = 0
+    assumed: int = 0
+    held: int = 0  # bound pods accounted as filling what their node had left
+
+
+def is_ready(node: Mapping[str, Any]) -> bool:
+    status = node.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+class SnapshotBuilder:
+    """Builds snapshots; what each object reads as is remembered by (uid, resourceVersion)
+    between sessions (:mod:`kgpu.kube.snapshot.conversion_cache`), so a session reads only
+    the objects that changed since the last one."""
+
+    def __init__(self, scheduler_name: str) -> None:
+        self.scheduler_name = scheduler_name
+        self.conversions = ConversionCache()
+
+    def build(
+        self,
+        node_objs: Iterable[Mapping[str, Any]],
+        pod_objs: Iterable[Mapping[str, Any]],
+        assumed: Mapping[PodKey, Assumed],
+        devices: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> CacheSnapshot:
+        """``devices`` maps node names to their ``Device`` resources (UUIDs, health,
+        topology and the kubelet's checkpoint), for the nodes that have one."""
+        problems: list[Problem] = []
+        nodes = []
+        read = self.conversions
+        for obj in sorted(node_objs, key=object_key):
+            if not is_ready(obj):
+                continue
+            key = object_key(obj)
+            node = read.node(key, obj, (devices or {}).get(str(meta(obj).get("name"))))
+            if isinstance(node, ConversionError):
+                problems.append(
+                    Problem(obj, "InvalidNode", f"{node}; the node is not scheduled to")
+                )
+            else:
+                nodes.append(node)
+        snap = CacheSnapshot(ClusterState(nodes), problems=problems)
+        ours: list[tuple[PodReading, PodSpec, int]] = []
+        others: list[tuple[PodReading, int]] = []
+        index_of = snap.state.index
+        readings = sorted((read.pod(obj) for obj in pod_objs), key=_creation_order)
+        read.forget()
+        for pod in readings:
+            if pod.phase in TERMINAL_PHASES:
+                continue
+            spec = pod.spec
+            if isinstance(spec, PodSpec):
+                snap.specs.append(spec)
+            if pod.node:
+                index = index_of.get(NodeName(pod.node))
+                if index is None:
+                    continue  # on a node that is not Ready (or not there): nothing to share
+                if pod.deleting:
+                    snap.terminating.add(pod.node)
+                if pod.scheduler == self.scheduler_name and isinstance(spec, PodSpec):
+                    ours.append((pod, spec, index))
+                    if not pod.deleting:
+                        snap.bound.append(PendingPod(pod.obj, spec))
+                else:
+                    others.append((pod, index))
+            elif pod.scheduler == self.scheduler_name and not pod.deleting:
+                entry = assumed.get(PodKey(pod.key))
+                if entry is not None and entry.uid == pod.uid:
+                    continue
+                if isinstance(spec, ConversionError):
+                    snap.unreadable.append((pod.obj, spec))
+                else:
+                    snap.pending.append(PendingPod(pod.obj, spec))
+        for pod, spec, index in ours:
+            self._account_ours(snap, pod, spec, index)
+        for pod, index in others:
+            obj, maybe = pod.obj, pod.spec
+            if isinstance(maybe, ConversionError):
+                _hold(snap.state, PodKey(object_key(obj)), index)
+                snap.held += 1
+                problems.append(
+                    Problem(
+                        obj,
+                        "UnreadableBoundPod",
+                        (
+                            f"{maybe}; kgpu counts node {snap.state.nodes[index].name} as full while this pod runs there"
+                        ),
+                    )
+                )
+            else:
+                self._account_lowest(snap, maybe, index, obj)
+                snap.foreign += 1
+        for key, entry in sorted(assumed.items()):
+            index = snap.state.index.get(entry.node)
+            if index is None or key in snap.state.allocations:
+                continue
+            if _fits(snap.state, entry.spec, index, entry.gpus):
+                snap.state.allocate(entry.spec, index, entry.gpus)
+            else:
+                _hold(snap.state, key, index)
+                snap.held += 1
+            snap.assumed += 1
+        return snap
+
+    def _account_ours(
+        self, snap: CacheSnapshot, pod: PodReading, spec: PodSpec, index: int
+    ) -> None:
+        obj = pod.obj
+        if not spec.gpu.wants_devices:
+            self._account_lowest(snap, spec, index, obj)
+            return
+        found = pod.allocation
+        if found is None:
+            why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} is missing"
+        elif isinstance(found, ConversionError):
+            why = str(found)
+        else:
+            why = account_recorded(snap.state, spec, index, found)
+            if not why:
+                snap.from_annotations += 1
+                return
+            why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} {why}"
+        where = self._account_lowest(snap, spec, index, obj)
+        snap.problems.append(Problem(obj, "InvalidDeviceAllocation", f"{why}; accounted {where}"))
+
+    @staticmethod
+    def _account_lowest(
+        snap: CacheSnapshot, spec: PodSpec, index: int, obj: Mapping[str, Any] | None = None
+    ) -> str:
+        """Account a pod on the GPUs the kubelet's checkpoint names, else the lowest GPUs
+        with room; say where, for messages."""
+        state = snap.state
+        where = account_unrecorded(state, spec, index, uid(obj) if obj is not None else "")
+        if where is not None:
+            return where
+        hold_rest(state, spec.key, index)
+        snap.held += 1
+        return f"as filling what is left of {state.nodes[index].name}"
+
+
+def _creation_order(pod: PodReading) -> tuple[str, str]:
+    return pod.order
+
+
+def _fits(state: ClusterState, spec: PodSpec, index: int, gpus: Iterable[int]) -> bool:
+    """Would ``state.allocate`` accept this? (It raises on a misfit, which is for bugs.)"""
+    return not state.fits(spec, index, gpus)
+
+
+def _hold(state: ClusterState, key: PodKey, index: int) -> None:
+    """Reserve everything node ``index`` has left for pod ``key``."""
+    hold_rest(state, key, index)

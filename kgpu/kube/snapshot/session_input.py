@@ -1,0 +1,236 @@
+"""A live session's input: the cache snapshot's pods as jobs and tasks, in their queues.
+
+The session itself runs through :func:`kgpu.actions.session_runner.run_session`, the one
+runner. What goes into it (:class:`kgpu.framework.session.Snapshot`):
+
+- the queues: every Queue that can be read (one that cannot gets a Warning and is left out,
+  so its jobs wait with "queue ... does not exist or is invalid"); the session adds the
+  ``default`` queue, with no quota and no limit, unless a Queue of that name exists;
+- running tasks: our bound pods that are not being deleted, and the pods whose binds are in
+  flight (``assumed``), since the time their pod started (or was created);
+- pending tasks: the batch of pods the loop chose this session;
+- jobs: each PodGroup those tasks name, and every other pod as a job of its own (its
+  priority and creation time order it among the others, as the plain allocate did). A
+  PodGroup's priority is the value of the PriorityClass its ``spec.priorityClassName``
+  names, else its pods' highest. A class that does not exist gets the PodGroup a Warning
+  and the pods' priority, as Volcano does: the pods themselves were admitted at theirs, and
+  a typo in what only orders jobs should not hold a whole job back.
+
+A cluster with no Queue object at all is not held to queues: every job goes to ``default``,
+whatever queue its pods or PodGroup name, and card names and requests check no quota (a card
+name still chooses the GPU model), so installing kgpu changes nothing until the first Queue
+is created. From then on a job goes to its PodGroup's ``spec.queue``, else its pods'
+queue label, else ``default``.
+
+A pod naming a PodGroup that cannot be read is not scheduled: it waits with the PodGroup's
+error (``blocked``), and the PodGroup gets a Warning.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kgpu.framework.session import Snapshot
+from kgpu.kube.api.resources import meta, object_key, parse_time, resource_version, uid
+from kgpu.kube.objects.node_pod import ConversionError
+from kgpu.kube.objects.queue_podgroup import (
+    pod_group_of,
+    podgroup_from_k8s,
+    podgroup_priority,
+    queue_from_k8s,
+)
+from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, Problem
+from kgpu.model.card import NAME_ANNOTATION
+from kgpu.model.job import JobKey, JobSpec, Task
+from kgpu.model.pod import PodKey, PodSpec
+from kgpu.model.queue import QueueSpec, QueueTree
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class QueueObjects:
+    """The Queues and PodGroups of the caches, read: specs, the objects they came from, and
+    what could not be read (``invalid``: key → message). ``priorities``: the jobs whose
+    PodGroup names an existing PriorityClass, and its value."""
+
+    queues: list[QueueSpec] = field(default_factory=list)
+    queue_objs: dict[str, Obj] = field(default_factory=dict)
+    jobs: dict[JobKey, JobSpec] = field(default_factory=dict)
+    podgroup_objs: dict[JobKey, Obj] = field(default_factory=dict)
+    invalid: dict[str, str] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    priorities: dict[JobKey, int] = field(default_factory=dict)
+
+    @property
+    def enforced(self) -> bool:
+        """Queues hold jobs to them once any Queue object exists, readable or not."""
+        return bool(self.queue_objs)
+
+
+@dataclass(slots=True)
+class SessionInput:
+    snapshot: Snapshot
+    blocked: dict[PodKey, str]  # pods not given to the session, and why
+
+
+class QueueReader:
+    """Reads Queues and PodGroups, remembering conversions by (uid, resourceVersion) so a
+    session reads only the objects that changed."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], tuple[str, QueueSpec | JobSpec | ConversionError]] = {}
+
+    def _read(self, kind: str, obj: Obj) -> QueueSpec | JobSpec | ConversionError:
+        mark = (kind, uid(obj) or object_key(obj))
+        version = resource_version(obj)
+        known = self._seen.get(mark)
+        if known is not None and known[0] == version and version:
+            return known[1]
+        try:
+            read: QueueSpec | JobSpec | ConversionError = (
+                queue_from_k8s(obj) if kind == "Queue" else podgroup_from_k8s(obj)
+            )
+        except ConversionError as exc:
+            read = exc
+        self._seen[mark] = (version, read)
+        return read
+
+    def read(
+        self,
+        queue_objs: Iterable[Obj],
+        podgroup_objs: Iterable[Obj],
+        priority_class_objs: Iterable[Obj] = (),
+    ) -> QueueObjects:
+        out = QueueObjects()
+        classes = {str(meta(c).get("name")): c.get("value") for c in priority_class_objs}
+        live: set[tuple[str, str]] = set()
+        for obj in sorted(queue_objs, key=object_key):
+            live.add(("Queue", uid(obj) or object_key(obj)))
+            name = str(meta(obj).get("name") or "")
+            out.queue_objs[name] = obj
+            spec = self._read("Queue", obj)
+            if isinstance(spec, QueueSpec):
+                out.queues.append(spec)
+            else:
+                out.invalid[name] = f"{spec}; the queue is left out"
+                out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
+        for problem in QueueTree(out.queues).problems:
+            found = out.queue_objs.get(problem.queue)
+            if found is not None:
+                out.invalid[problem.queue] = f"{problem.message}; the queue is left out"
+                out.problems.append(Problem(found, "InvalidQueue", out.invalid[problem.queue]))
+        for obj in sorted(podgroup_objs, key=object_key):
+            live.add(("PodGroup", uid(obj) or object_key(obj)))
+            key = JobKey(object_key(obj) if meta(obj).get("namespace") else "")
+            job = self._read("PodGroup", obj)
+            if isinstance(job, JobSpec):
+                out.jobs[job.key] = job
+                out.podgroup_objs[job.key] = obj
+                self._read_priority(obj, job.key, classes, out)
+            elif key:
+                out.podgroup_objs[key] = obj
+                out.invalid[key] = f"{job}; its pods are not scheduled until it is fixed"
+                out.problems.append(Problem(obj, "InvalidPodGroup", out.invalid[key]))
+        for mark in [m for m in self._seen if m not in live]:
+            del self._seen[mark]
+        return out
+
+    @staticmethod
+    def _read_priority(
+        obj: Obj, key: JobKey, classes: Mapping[str, object], out: QueueObjects
+    ) -> None:
+        """Not remembered with the PodGroup's conversion: a PriorityClass created or deleted
+        changes the answer without a new version of the PodGroup."""
+        try:
+            priority = podgroup_priority(obj, classes)
+        except ConversionError as exc:
+            message = f"{exc}; the job takes its pods' highest priority until it is fixed"
+            out.problems.append(Problem(obj, "InvalidPriorityClassName", message))
+            return
+        if priority is not None:
+            out.priorities[key] = priority
+
+
+def assemble(
+    snap: CacheSnapshot,
+    batch: Sequence[PendingPod],
+    assumed: Mapping[PodKey, Assumed],
+    objects: QueueObjects,
+    now: float | None = None,
+    victims_leaving: frozenset[PodKey] = frozenset(),
+) -> SessionInput:
+    """The session's snapshot over ``snap.state`` (shared: the session's binds stay in it).
+    ``victims_leaving``: preemptors that may be placed but evict no one this session."""
+    now = time.time() if now is None else now
+    allocations = snap.state.allocations
+    tasks: list[Task] = []
+    pods_of: dict[JobKey, list[Task]] = {}
+    blocked: dict[PodKey, str] = {}
+    created: dict[str, float] = {}
+
+    def add(task: Task, obj: Obj | None) -> None:
+        tasks.append(task)
+        pods_of.setdefault(task.job, []).append(task)
+        created[task.key] = parse_time(meta(obj).get("creationTimestamp")) if obj else now
+
+    for pod in snap.bound:
+        if pod.spec.key in allocations:
+            add(Task(pod.spec, job_of(pod.spec), _started(pod.obj, now)), pod.obj)
+    running = {t.key for t in tasks}
+    for key, entry in assumed.items():
+        if key in allocations and key not in running:
+            add(Task(entry.spec, job_of(entry.spec), now), None)
+    for pod in batch:
+        job = job_of(pod.spec)
+        if job in objects.invalid:
+            blocked[pod.spec.key] = objects.invalid[job]
+            continue
+        add(Task(pod.spec, job), pod.obj)
+    jobs: list[JobSpec] = []
+    for job_key, members in pods_of.items():
+        spec = objects.jobs.get(job_key)
+        priority = max(t.pod.priority for t in members)
+        if spec is not None:
+            queue = spec.queue or next((t.pod.queue for t in members if t.pod.queue), "")
+            priority = objects.priorities.get(job_key, priority)
+            jobs.append(replace(spec, queue=queue, priority=priority))
+        elif len(members) == 1 and str(members[0].pod.key) == str(job_key):
+            alone = members[0].pod
+            jobs.append(
+                JobSpec(job_key, alone.queue, priority=priority, created=created[alone.key])
+            )
+        # else: pods of a PodGroup that does not exist; the session says so
+    if not objects.enforced:
+        # No queue has a card quota, so card names and requests would only refuse pods:
+        # they keep choosing the GPU model (the pod's request holds it), nothing more.
+        # Most jobs already are so: copying each, every session, cost about 4 µs a running pod.
+        jobs = [
+            replace(j, queue="", card_request={}) if j.queue or j.card_request else j for j in jobs
+        ]
+        tasks = [_without_card(t) for t in tasks]
+    queues = objects.queues if objects.enforced else []
+    session = Snapshot(snap.state, queues, jobs, tasks, now, victims_leaving)
+    return SessionInput(session, blocked)
+
+
+def job_of(pod: PodSpec) -> JobKey:
+    """The job a pod is a task of: its PodGroup, else itself."""
+    return pod_group_of(pod) or JobKey(pod.key)
+
+
+def _without_card(task: Task) -> Task:
+    pod = task.pod
+    if NAME_ANNOTATION not in pod.annotations:
+        return task
+    rest = {k: v for k, v in pod.annotations.items() if k != NAME_ANNOTATION}
+    return replace(task, pod=replace(pod, annotations=rest))
+
+
+def _started(obj: Obj, now: float) -> float:
+    status = obj.get("status")
+    start = status.get("startTime") if isinstance(status, Mapping) else None
+    return parse_time(start) or parse_time(meta(obj).get("creationTimestamp")) or now

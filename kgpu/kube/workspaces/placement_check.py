@@ -1,0 +1,243 @@
+"""Workspaces and Nodes (plain dicts) into the group scheduler's terms, and the admission
+decision on a Workspace.
+
+:func:`validate_workspace` is the fast-fail check of the KAITO design, as a pure function
+for the admission webhook to call: a Workspace is allowed when some node group fits it (or,
+under node auto-provisioning, when its instance type can be provisioned), and denied with
+KAITO's message and every group's reason otherwise, so that nothing is created for a
+workspace that could never run. A malformed Workspace is denied with the field, the value
+and what is expected, as :class:`kgpu.kube.objects.node_pod.ConversionError` words it.
+
+The Workspace's shape is the CRD's (:func:`kgpu.kube.install.crds.workspace_schema`): ``resource``
+and ``inference`` at the top level. ``inference.gpuMemoryPerReplica`` given beside a preset
+overrides the preset's figure (a longer context needs more memory than the preset's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from pydantic import ValidationError
+
+from kgpu.framework.group_scheduler import GroupScheduler, NoGroup
+from kgpu.framework.groups import GroupNode, GroupProfile
+from kgpu.kube.objects.node_pod import GPU_RESOURCE, ConversionError, node_from_k8s, object_ref
+from kgpu.model.node import NodeName
+from kgpu.model.presets import PRESETS, find_preset
+from kgpu.model.quantity import EXPECTED, QuantityError, non_negative, whole_number
+from kgpu.model.units import MIB
+from kgpu.model.workspace import LabelSelector, Operator, Requirement, WorkspaceKey, WorkspaceSpec
+from kgpu.plugins.node_groups import Grouping, Placement, group_node, group_nodes, place_workspace
+from kgpu.plugins.registry import build_group_scheduler
+
+DEFAULT_GROUP_PROFILE: Final = "byo"
+_OPERATORS: Final = ", ".join(op.value for op in Operator)
+
+Obj = Mapping[str, Any]
+
+
+class GroupProfileError(ValueError):
+    """A node-group profile name or file that cannot be used."""
+
+
+def load_group_profile(name_or_path: str = DEFAULT_GROUP_PROFILE) -> GroupProfile:
+    """A built-in node-group profile (``kgpu/profiles/workspaces.yaml``) or a YAML file's one."""
+    text = resources.files("kgpu.profiles").joinpath("workspaces.yaml").read_text()
+    builtin = yaml.safe_load(text)
+    if name_or_path in builtin:
+        source, data = "built-in workspaces.yaml", {name_or_path: builtin[name_or_path]}
+    elif Path(name_or_path).is_file():
+        source, data = name_or_path, yaml.safe_load(Path(name_or_path).read_text())
+    else:
+        raise GroupProfileError(
+            f"unknown node-group profile {name_or_path!r}: expected one of "
+            f"{', '.join(builtin)} or the path of a YAML file"
+        )
+    if not isinstance(data, dict) or len(data) != 1:
+        raise GroupProfileError(f"{source}: expected exactly one profile")
+    name, body = next(iter(data.items()))
+    try:
+        return GroupProfile.model_validate({"name": name, **body})
+    except (TypeError, ValidationError) as exc:
+        raise GroupProfileError(f"{source}: profile {name!r}: {exc}") from exc
+
+
+def group_scheduler(profile: str = DEFAULT_GROUP_PROFILE) -> GroupScheduler:
+    return build_group_scheduler(load_group_profile(profile))
+
+
+# ---------------------------------------------------------------------------- workspaces
+
+
+def _mapping(ref: str, parent: Obj, key: str, field: str) -> Obj:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConversionError(ref, field, value, "a mapping")
+    return value
+
+
+def _string(ref: str, parent: Obj, key: str, field: str) -> str:
+    value = parent.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConversionError(ref, field, value, "a string")
+    return value
+
+
+def _selector(ref: str, resource: Obj) -> LabelSelector:
+    field = "resource.labelSelector"
+    selector = _mapping(ref, resource, "labelSelector", field)
+    labels = []
+    for k, v in _mapping(ref, selector, "matchLabels", f"{field}.matchLabels").items():
+        if not isinstance(v, str):
+            raise ConversionError(
+                ref, f"{field}.matchLabels[{k}]", v, "a string (quote it in YAML)"
+            )
+        labels.append((str(k), v))
+    expressions = selector.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        raise ConversionError(ref, f"{field}.matchExpressions", expressions, "a list")
+    requirements = []
+    for i, item in enumerate(expressions):
+        where = f"{field}.matchExpressions[{i}]"
+        if not isinstance(item, Mapping):
+            raise ConversionError(ref, where, item, "a mapping")
+        key = _string(ref, item, "key", f"{where}.key")
+        if not key:
+            raise ConversionError(ref, f"{where}.key", item.get("key"), "a non-empty string")
+        operator = item.get("operator")
+        if operator not in tuple(Operator):
+            raise ConversionError(ref, f"{where}.operator", operator, f"one of {_OPERATORS}")
+        values = item.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ConversionError(ref, f"{where}.values", values, "a list of strings")
+        op = Operator(operator)
+        if (op in (Operator.IN, Operator.NOT_IN)) != bool(values):
+            expected = "at least one value" if values == [] else f"no values with {op.value}"
+            raise ConversionError(ref, f"{where}.values", values, expected)
+        requirements.append(Requirement(key, op, tuple(values)))
+    return LabelSelector(tuple(sorted(labels)), tuple(requirements))
+
+
+def workspace_from_k8s(obj: Obj) -> WorkspaceSpec:
+    """A Workspace: its selector, instance type, replicas and per-replica GPU memory."""
+    ref = object_ref("Workspace", obj)
+    meta = _mapping(ref, obj, "metadata", "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConversionError(ref, "metadata.name", name, "a non-empty string")
+    namespace = _string(ref, meta, "namespace", "metadata.namespace") or "default"
+    resource = _mapping(ref, obj, "resource", "resource")
+    inference = _mapping(ref, obj, "inference", "inference")
+    replicas = inference.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ConversionError(ref, "inference.replicas", replicas, "a whole number of at least 1")
+    preset_name = _string(
+        ref, _mapping(ref, inference, "preset", "inference.preset"), "name", "inference.preset.name"
+    )
+    preset = find_preset(preset_name) if preset_name else None
+    memory = _memory(ref, inference.get("gpuMemoryPerReplica"))
+    if memory is None:
+        known = ", ".join(sorted(PRESETS))
+        if preset_name and preset is None:
+            raise ConversionError(
+                ref,
+                "inference.preset.name",
+                preset_name,
+                f"a known preset ({known}) or inference.gpuMemoryPerReplica such as 16Gi",
+            )
+        if preset is None:
+            raise ConversionError(
+                ref,
+                "inference",
+                dict(inference),
+                f"preset.name (one of {known}) or gpuMemoryPerReplica such as 16Gi",
+            )
+        memory = preset.gpu_memory_mib
+    return WorkspaceSpec(
+        key=WorkspaceKey(f"{namespace}/{name}"),
+        selector=_selector(ref, resource),
+        replicas=replicas,
+        gpu_memory_mib=memory,
+        preset=preset.name if preset else preset_name,
+        # KAITO also takes a Hugging Face id ("Qwen/Qwen3-0.6B") as the preset name.
+        model_id=preset.model_id if preset else (preset_name if "/" in preset_name else ""),
+        instance_type=_string(ref, resource, "instanceType", "resource.instanceType"),
+    )
+
+
+def _memory(ref: str, value: object) -> int | None:
+    """``gpuMemoryPerReplica`` in MiB, rounded up (a requirement is never undercut)."""
+    if value is None:
+        return None
+    field = "inference.gpuMemoryPerReplica"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConversionError(ref, field, value, EXPECTED)
+    try:
+        mib = math.ceil(non_negative(value) / MIB)
+    except QuantityError as exc:
+        raise ConversionError(ref, field, value, exc.expected) from None
+    if mib < 1:
+        raise ConversionError(ref, field, value, "at least 1Mi, such as 16Gi")
+    return mib
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+def group_node_from_k8s(obj: Obj, gpu_in_use: int = 0) -> GroupNode:
+    """A Node with the ``nvidia.com/gpu`` its device plugin advertises (0 when none)."""
+    info = node_from_k8s(obj)
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    where = "allocatable" if status.get("allocatable") is not None else "capacity"
+    offered = status.get(where)
+    value = offered.get(GPU_RESOURCE) if isinstance(offered, Mapping) else None
+    allocatable = 0
+    if value is not None:
+        # node_from_k8s has already checked it is a whole number.
+        allocatable = whole_number(value)
+    return group_node(info, allocatable, gpu_in_use)
+
+
+def grouping_from_k8s(nodes: Iterable[Obj]) -> Grouping:
+    """Nodes into groups; a Node that cannot be read is in no group, with the reason."""
+    readable: list[GroupNode] = []
+    unreadable: list[tuple[NodeName, str]] = []
+    for obj in nodes:
+        try:
+            readable.append(group_node_from_k8s(obj))
+        except ConversionError as exc:
+            unreadable.append((NodeName(exc.obj.removeprefix("Node ")), str(exc)))
+    grouping = group_nodes(readable)
+    return Grouping(grouping.groups, tuple(sorted((*grouping.ungrouped, *unreadable))))
+
+
+def place(obj: Obj, nodes: Iterable[Obj], scheduler: GroupScheduler | None = None) -> Placement:
+    """Where the Workspace ``obj`` goes on ``nodes``; ConversionError if it is malformed."""
+    workspace = workspace_from_k8s(obj)
+    return place_workspace(scheduler or group_scheduler(), workspace, grouping_from_k8s(nodes))
+
+
+def validate_workspace(obj: Obj, nodes: list[dict[str, Any]]) -> tuple[bool, str]:
+    """The webhook's answer on a Workspace: (allowed, message).
+
+    Denied: a malformed Workspace (the field and what is expected), or no node group that
+    fits (KAITO's denial and each group's reason). Allowed: the group it would get, or under
+    node auto-provisioning how many nodes of its instance type it needs.
+    """
+    try:
+        placement = place(obj, nodes)
+    except ConversionError as exc:
+        return False, str(exc)
+    if isinstance(placement, NoGroup):
+        return False, placement.message
+    return True, placement.summary
