@@ -56,8 +56,8 @@ from kgpu.kube.snapshot import Assumed, PendingPod, Problem, Snapshot, SnapshotB
 from kgpu.kube.waiting import PREEMPTING, WaitingBook, WaitTimes
 from kgpu.model.job import JobKey
 from kgpu.model.pod import PodKey
-from kgpu.plugins.fragmentation import TypicalPod, typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.state.fragmentation import TypicalPod, typical_pods
 
 log = logging.getLogger(__name__)
 

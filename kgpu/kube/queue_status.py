@@ -41,7 +41,7 @@ from kgpu.kube.queues import quantity_text
 from kgpu.kube.resources import PODGROUPS, QUEUES, Resource, meta, resource_version, uid
 from kgpu.model.job import JobKey
 from kgpu.model.resources import BASE, MILLI, Vector
-from kgpu.plugins.proportion import capacity
+from kgpu.plugins.session.proportion import capacity
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import yaml
 
+from kgpu.actions.workspace_placement import WorkspacePlacement, group_nodes, place_workspace
 from kgpu.framework.group_scheduler import NoGroup
 from kgpu.framework.groups import GroupNode
 from kgpu.kube.convert import ConversionError, pod_from_k8s, pod_node_name
 from kgpu.kube.workspace_admission import group_node_from_k8s, group_scheduler, workspace_from_k8s
 from kgpu.model.node import NodeName
-from kgpu.plugins.node_groups import WorkspacePlacement, group_nodes, place_workspace
 from kgpu.sim.manifests import Document, ManifestError, read_documents
 
 
