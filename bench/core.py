@@ -33,10 +33,10 @@ from kgpu.model.gpu import NO_GPU, GpuRequest, gpu_share, whole_gpus
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.taints import Taint
-from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.sim.openb_run import tie_rank
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import typical_pods
 
 GIB = 1024
 MODELS = ("A100", "V100", "T4")

@@ -36,10 +36,10 @@ from kgpu.model.devices import Device, NodeDevices
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodSpec
 from kgpu.model.topology import GpuLinks, link_rank
-from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.sim.openb_run import tie_rank
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import typical_pods
 
 GIB = 1024
 

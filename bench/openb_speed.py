@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 from kgpu import core_build
+from kgpu.config import POLICIES
 from kgpu.sim.openb_run import run_openb
 
 OPENB = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
-POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "kgpu")
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.queue import QueueSpec, QueueTree
 from kgpu.model.resources import add
-from kgpu.plugins.gpu_choice import lowest_idle_gpus, tightest_gpu
+from kgpu.plugins.node.gpu_slots import lowest_idle_gpus, tightest_gpu
 from kgpu.plugins.registry import build_scheduler
 from kgpu.state.cluster import ClusterState
 

@@ -24,7 +24,7 @@ from kgpu.model.job import JobKey, JobSpec, Task
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
 from kgpu.model.queue import QueueSpec
-from kgpu.plugins.gpu_choice import lowest_idle_gpus, tightest_gpu
+from kgpu.plugins.node.gpu_slots import lowest_idle_gpus, tightest_gpu
 from kgpu.plugins.registry import build_scheduler
 from kgpu.state.cluster import ClusterState
 from tests.builders import PodBuilder

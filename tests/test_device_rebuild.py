@@ -15,7 +15,8 @@ from kgpu.kube.objects.device_allocation import render_allocation
 from kgpu.kube.objects.node_pod import node_from_k8s, pod_from_k8s
 from kgpu.kube.snapshot.cache_snapshot import SnapshotBuilder
 from kgpu.model.gpu import GpuRequest, gpu_share
-from kgpu.plugins.gpu_choice import DeviceChoice, GpuTightest
+from kgpu.plugins.node.device_choice import DeviceChoice
+from kgpu.plugins.node.gpu_tightest import GpuTightest
 from kgpu.sim.manifest_results import PodStatus
 from kgpu.sim.manifests import simulate_manifests
 from kgpu.state.cluster import ClusterState

@@ -19,8 +19,9 @@ from kgpu.model.devices import Device, NodeDevices
 from kgpu.model.gpu import GpuRequest, gpu_share, mig_instances, mps_replicas, whole_gpus
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodKey, PodSpec
-from kgpu.plugins.gpu_choice import DeviceChoice, GpuTightest
-from kgpu.plugins.gpu_fit import GpuFit
+from kgpu.plugins.node.device_choice import DeviceChoice
+from kgpu.plugins.node.gpu_fit import GpuFit
+from kgpu.plugins.node.gpu_tightest import GpuTightest
 from kgpu.state.cluster import AllocationError, ClusterState
 from tests.builders import make_node, make_pod, state_arrays, verdict_reasons
 

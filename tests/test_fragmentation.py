@@ -7,10 +7,10 @@ import pytest
 
 from kgpu.framework.cycle import CycleState
 from kgpu.model.pod import PodSpec
-from kgpu.plugins.fgd import FgdScore
-from kgpu.plugins.fragmentation import FragmentModel, TypicalPod, typical_pods
-from kgpu.plugins.strand_aware_fgd import StrandAwareFgd
+from kgpu.plugins.node.fgd import FgdScore
+from kgpu.plugins.node.strand_aware_fgd import StrandAwareFgd
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import FragmentModel, TypicalPod, typical_pods
 from tests.builders import make_node, make_pod
 
 

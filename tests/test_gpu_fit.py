@@ -13,7 +13,7 @@ from kgpu.model.devices import Device, NodeDevices
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
-from kgpu.plugins.gpu_fit import GpuFit
+from kgpu.plugins.node.gpu_fit import GpuFit
 from kgpu.plugins.registry import build_scheduler
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod, verdict_reasons

@@ -10,10 +10,10 @@ import pytest
 
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Placement
-from kgpu.plugins.fragmentation import TypicalPod
-from kgpu.plugins.leftover import CHANCES, LeftoverModel
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import TypicalPod
+from kgpu.state.leftover import CHANCES, LeftoverModel
 from tests.builders import make_node, make_pod
 
 WHOLE = TypicalPod(0.9, 4000, 1000, 1)

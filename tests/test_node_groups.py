@@ -8,6 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kgpu.actions.workspace_placement import (
+    WorkspacePlacement,
+    group_key,
+    group_node,
+    group_nodes,
+    restore_placement,
+)
+from kgpu.actions.workspace_placement import place_workspace as place
 from kgpu.framework import reasons
 from kgpu.framework.group_scheduler import GroupChoice, GroupScheduler, NoGroup
 from kgpu.framework.groups import (
@@ -27,16 +35,8 @@ from kgpu.kube.workspaces.placement_check import group_scheduler
 from kgpu.model.node import NodeName
 from kgpu.model.workspace import INSTANCE_TYPE_LABEL, LabelSelector, Operator, Requirement
 from kgpu.plugins import names
-from kgpu.plugins.label_filter import LabelFilter
-from kgpu.plugins.node_groups import (
-    WorkspacePlacement,
-    group_key,
-    group_node,
-    group_nodes,
-    restore_placement,
-)
-from kgpu.plugins.node_groups import place_workspace as place
-from kgpu.plugins.node_resource_filter import NodeResourceFilter
+from kgpu.plugins.group.label_filter import LabelFilter
+from kgpu.plugins.group.node_resource_filter import NodeResourceFilter
 from kgpu.plugins.registry import UnknownPluginError, build_group_scheduler, build_scheduler
 from tests.builders import make_node
 from tests.workspace_fixtures import GIB, design_nodes, gfd_labels, gfd_node, workspace

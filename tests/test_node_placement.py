@@ -6,7 +6,7 @@ import pytest
 
 from kgpu.framework.profile import Profile, WeightedPlugin
 from kgpu.framework.scheduler import Placement
-from kgpu.plugins.binpack_spread import NodePlacement
+from kgpu.plugins.node.node_placement import NodePlacement
 from kgpu.plugins.registry import build_scheduler
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod

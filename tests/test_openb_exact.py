@@ -17,11 +17,11 @@ import pytest
 
 from kgpu.config import load_profile
 from kgpu.model.node import NodeName
-from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.sim.openb import read_nodes, read_pods
 from kgpu.sim.replay import replay
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import typical_pods
 
 
 def _replay_reference(openb: Path, policy: str, ref: str) -> tuple[float, int, int]:

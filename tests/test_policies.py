@@ -8,10 +8,10 @@ import pytest
 
 from kgpu.framework.cycle import CycleState
 from kgpu.model.pod import PodSpec
-from kgpu.plugins.best_fit import BestFit, min_max_normalize
-from kgpu.plugins.dot_product import DotProduct
-from kgpu.plugins.gpu_clustering import GpuClustering
-from kgpu.plugins.gpu_packing import GpuPacking
+from kgpu.plugins.node.best_fit import BestFit, min_max_normalize
+from kgpu.plugins.node.dot_product import DotProduct
+from kgpu.plugins.node.gpu_clustering import GpuClustering
+from kgpu.plugins.node.gpu_packing import GpuPacking
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgpu.framework.cycle import CycleState
-from kgpu.plugins.resource_fit import NodeResourcesFit
+from kgpu.plugins.node.resource_fit import NodeResourcesFit
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod, verdict_reasons
 

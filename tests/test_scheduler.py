@@ -15,10 +15,10 @@ from kgpu.framework.status import Code
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins import names
-from kgpu.plugins.best_fit import BestFit
-from kgpu.plugins.fragmentation import typical_pods
+from kgpu.plugins.node.best_fit import BestFit
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import typical_pods
 from tests.builders import make_node, make_pod
 
 

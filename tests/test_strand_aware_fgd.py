@@ -9,15 +9,15 @@ from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Placement
 from kgpu.model.pod import PodSpec
-from kgpu.plugins.fgd import FgdScore
-from kgpu.plugins.fragmentation import TypicalPod
-from kgpu.plugins.registry import PluginContext, build_scheduler
-from kgpu.plugins.strand_aware_fgd import (
+from kgpu.plugins.node.fgd import FgdScore
+from kgpu.plugins.node.strand_aware_fgd import (
     StrandAwareFgd,
     cpu_per_gpu_milli,
     memory_per_gpu_milli,
 )
+from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import TypicalPod
 from tests.builders import make_node, make_pod
 
 # One typical pod: a whole GPU with 4 cores, so a GPU needs 4,000 milli-CPU to be usable.

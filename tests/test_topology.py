@@ -20,7 +20,7 @@ from kgpu.model.gpu import GpuRequest, whole_gpus
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
 from kgpu.model.topology import GpuLinks, link_rank
-from kgpu.plugins.gpu_topology import GpuTopology
+from kgpu.plugins.node.gpu_topology import GpuTopology
 from kgpu.plugins.registry import build_scheduler
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod

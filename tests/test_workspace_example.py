@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kgpu.actions.workspace_placement import group_nodes
 from kgpu.framework.group_scheduler import DENIAL, GroupChoice, GroupScheduler, NoGroup
 from kgpu.framework.groups import (
     INSUFFICIENT_GROUP_MEMORY,
@@ -21,12 +22,11 @@ from kgpu.framework.groups import (
 )
 from kgpu.kube.workspaces.placement_check import group_scheduler, validate_workspace
 from kgpu.model.workspace import LabelSelector, WorkspaceSpec
-from kgpu.plugins.capacity_filter import CapacityFilter
-from kgpu.plugins.label_filter import LabelFilter
-from kgpu.plugins.node_group_size_filter import NodeGroupSizeFilter
-from kgpu.plugins.node_groups import group_nodes
-from kgpu.plugins.node_resource_filter import NodeResourceFilter
-from kgpu.plugins.resource_utilization_scorer import ResourceUtilizationScorer
+from kgpu.plugins.group.capacity_filter import CapacityFilter
+from kgpu.plugins.group.label_filter import LabelFilter
+from kgpu.plugins.group.node_group_size_filter import NodeGroupSizeFilter
+from kgpu.plugins.group.node_resource_filter import NodeResourceFilter
+from kgpu.plugins.group.resource_utilization_scorer import ResourceUtilizationScorer
 from tests.workspace_fixtures import (
     GIB,
     design_nodes,

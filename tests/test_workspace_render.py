@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kgpu.actions.workspace_placement import restore_placement
 from kgpu.framework.groups import NodeGroupKey
 from kgpu.kube.objects.conditions import condition, merge_conditions
 from kgpu.kube.workspaces.workload import (
@@ -18,7 +19,6 @@ from kgpu.kube.workspaces.workload import (
     render_workload,
 )
 from kgpu.model.workspace import LabelSelector, Operator, Requirement
-from kgpu.plugins.node_groups import restore_placement
 from tests.workspace_fixtures import GIB, k8s_workspace, workspace
 
 A100_4 = NodeGroupKey("A100", 4, 40960)

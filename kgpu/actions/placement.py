@@ -23,8 +23,8 @@ from kgpu.framework.status import Status
 from kgpu.model.card import REPLICAS_LABEL, card_product, mps_replicas
 from kgpu.model.job import Task
 from kgpu.model.pod import PodSpec
-from kgpu.plugins.gpu_fit import GpuFit
-from kgpu.plugins.resource_fit import NodeResourcesFit
+from kgpu.plugins.node.gpu_fit import GpuFit
+from kgpu.plugins.node.resource_fit import NodeResourcesFit
 
 Option = tuple[PodSpec, str | None]
 

@@ -38,8 +38,8 @@ from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session import Action, Session, Snapshot, collector_paused
 from kgpu.framework.session_result import SessionResult, job_figures, queue_figures
 from kgpu.plugins import names
-from kgpu.plugins.proportion import capacity
 from kgpu.plugins.registry import build_session_plugins
+from kgpu.plugins.session.proportion import capacity
 
 ACTIONS: Mapping[str, type[Action]] = {
     "enqueue": Enqueue,

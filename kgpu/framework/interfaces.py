@@ -97,12 +97,3 @@ class GpuChoicePlugin(Plugin, Protocol):
     def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
         """Pick the GPU slots of ``node`` the pod gets; the node is known to fit."""
         ...
-
-
-@runtime_checkable
-class ReservePlugin(Plugin, Protocol):
-    def reserve(self, cycle: CycleState, pod: PodSpec, node: int) -> Status: ...
-
-    def unreserve(self, cycle: CycleState, pod: PodSpec, node: int) -> None:
-        """Undo ``reserve`` exactly; called in reverse order when a later point fails."""
-        ...

@@ -18,7 +18,7 @@ NODE_SELECTOR_MISMATCH = Reason("NodeSelectorMismatch", "node(s) didn't match no
 UNTOLERATED_TAINT = Reason("UntoleratedTaint", "node(s) had untolerated taint")
 NODE_UNSCHEDULABLE = Reason("NodeUnschedulable", "node(s) were unschedulable")
 INVALID_REQUEST = Reason("InvalidRequest", "invalid request")
-# Devices (kgpu.plugins.gpu_fit and gpu_request_check): GPU memory, MPS, MIG, RDMA, FPGA.
+# Devices (kgpu.plugins.node.gpu_fit and gpu_request_check): GPU memory, MPS, MIG, RDMA, FPGA.
 INSUFFICIENT_GPU_MEMORY = Reason(
     "InsufficientGPUMemory", "node(s) had no GPU with enough free GPU memory"
 )

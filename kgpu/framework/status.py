@@ -8,9 +8,11 @@ What the scheduler does next for each code:
 - ``UNSCHEDULABLE_AND_UNRESOLVABLE``: the pod cannot fit whatever happens to other pods (a
   malformed request, a selector no node matches); preemption is not tried, and the pod is
   only retried when the pod itself or the nodes change.
-- ``WAIT``: a Permit plugin holds the pod (a gang waiting for its members).
-- ``SKIP``: the plugin has nothing to say about this pod; later points skip it too.
-- ``ERROR``: an internal fault; the pod is retried after a back-off.
+
+The values are kube-scheduler's for the same codes. kube-scheduler's ``Wait``, ``Skip`` and
+``Error`` have none here, as nothing would act on them: kgpu has no Permit or Reserve point
+(a gang is held together by the session's ``gang`` plugin, not by pods waiting at Permit),
+and a plugin's fault is an exception, not a status.
 """
 
 from __future__ import annotations
@@ -21,11 +23,8 @@ from enum import IntEnum
 
 class Code(IntEnum):
     SUCCESS = 0
-    ERROR = 1
     UNSCHEDULABLE = 2
     UNSCHEDULABLE_AND_UNRESOLVABLE = 3
-    WAIT = 4
-    SKIP = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +63,6 @@ class Status:
     def unresolvable(reason: Reason, detail: str = "", plugin: str = "") -> Status:
         text = f"{reason.phrase}: {detail}" if detail else reason.phrase
         return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (text,), plugin, reason.code)
-
-    @staticmethod
-    def error(detail: str, plugin: str = "") -> Status:
-        return Status(Code.ERROR, (detail,), plugin, "Error")
 
 
 _SUCCESS = Status()

@@ -28,30 +28,34 @@ from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session import SessionPlugin
 from kgpu.plugins import names
-from kgpu.plugins.best_fit import BestFit
-from kgpu.plugins.binpack_spread import NodePlacement
-from kgpu.plugins.capacity_card import CapacityCard
-from kgpu.plugins.capacity_filter import CapacityFilter
-from kgpu.plugins.dot_product import DotProduct
-from kgpu.plugins.fgd import FgdScore
-from kgpu.plugins.fragmentation import TypicalPod
-from kgpu.plugins.gang import Gang
-from kgpu.plugins.gpu_choice import DeviceChoice, GpuRandom, GpuTightest
-from kgpu.plugins.gpu_clustering import GpuClustering
-from kgpu.plugins.gpu_fit import GpuFit
-from kgpu.plugins.gpu_packing import GpuPacking
-from kgpu.plugins.gpu_request_check import GpuRequestCheck
-from kgpu.plugins.gpu_topology import GpuTopology
-from kgpu.plugins.label_filter import LabelFilter
-from kgpu.plugins.node_basics import NodeSelector, NodeUnschedulable, TaintToleration
-from kgpu.plugins.node_group_size_filter import NodeGroupSizeFilter
-from kgpu.plugins.node_resource_filter import NodeResourceFilter
-from kgpu.plugins.priority_order import PriorityOrder
-from kgpu.plugins.proportion import Proportion
-from kgpu.plugins.random_score import RandomScore
-from kgpu.plugins.resource_fit import NodeResourcesFit
-from kgpu.plugins.resource_utilization_scorer import ResourceUtilizationScorer
-from kgpu.plugins.strand_aware_fgd import StrandAwareFgd
+from kgpu.plugins.group.capacity_filter import CapacityFilter
+from kgpu.plugins.group.label_filter import LabelFilter
+from kgpu.plugins.group.node_group_size_filter import NodeGroupSizeFilter
+from kgpu.plugins.group.node_resource_filter import NodeResourceFilter
+from kgpu.plugins.group.resource_utilization_scorer import ResourceUtilizationScorer
+from kgpu.plugins.node.best_fit import BestFit
+from kgpu.plugins.node.device_choice import DeviceChoice
+from kgpu.plugins.node.dot_product import DotProduct
+from kgpu.plugins.node.fgd import FgdScore
+from kgpu.plugins.node.gpu_clustering import GpuClustering
+from kgpu.plugins.node.gpu_fit import GpuFit
+from kgpu.plugins.node.gpu_packing import GpuPacking
+from kgpu.plugins.node.gpu_random import GpuRandom
+from kgpu.plugins.node.gpu_request_check import GpuRequestCheck
+from kgpu.plugins.node.gpu_tightest import GpuTightest
+from kgpu.plugins.node.gpu_topology import GpuTopology
+from kgpu.plugins.node.node_placement import NodePlacement
+from kgpu.plugins.node.node_selector import NodeSelector
+from kgpu.plugins.node.node_unschedulable import NodeUnschedulable
+from kgpu.plugins.node.random_score import RandomScore
+from kgpu.plugins.node.resource_fit import NodeResourcesFit
+from kgpu.plugins.node.strand_aware_fgd import StrandAwareFgd
+from kgpu.plugins.node.taint_toleration import TaintToleration
+from kgpu.plugins.session.capacity_card import CapacityCard
+from kgpu.plugins.session.gang import Gang
+from kgpu.plugins.session.priority_order import PriorityOrder
+from kgpu.plugins.session.proportion import Proportion
+from kgpu.state.fragmentation import TypicalPod
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +91,15 @@ def default_registry() -> dict[str, Factory]:
         names.BEST_FIT: lambda a, c: BestFit(),
         names.FGD: lambda a, c: FgdScore(c.typical_pods),
         names.STRAND_AWARE_FGD: lambda a, c: StrandAwareFgd(c.typical_pods),
+        names.NODE_PLACEMENT: lambda a, c: NodePlacement.from_args(a),
+        names.GPU_REQUEST_CHECK: lambda a, c: GpuRequestCheck(),
+        names.GPU_TOPOLOGY: lambda a, c: GpuTopology(),
         # Node-group plugins (inference workspaces): see build_group_scheduler.
         names.LABEL_FILTER: lambda a, c: LabelFilter(),
         names.NODE_RESOURCE_FILTER: lambda a, c: NodeResourceFilter(),
         names.NODE_GROUP_SIZE_FILTER: lambda a, c: NodeGroupSizeFilter(),
         names.CAPACITY_FILTER: lambda a, c: CapacityFilter(),
         names.RESOURCE_UTILIZATION_SCORER: lambda a, c: ResourceUtilizationScorer(),
-        names.NODE_PLACEMENT: lambda a, c: NodePlacement.from_args(a),
-        names.GPU_REQUEST_CHECK: lambda a, c: GpuRequestCheck(),
-        names.GPU_TOPOLOGY: lambda a, c: GpuTopology(),
     }
 
 

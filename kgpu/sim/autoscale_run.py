@@ -39,10 +39,10 @@ from kgpu.model.node import NodeInfo
 from kgpu.model.nodepool import CATALOGUE, NodePool
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.taints import Effect, Taint, Toleration
-from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.sim.provisioner import LaunchTimes, Provisioner, SimTrigger
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import typical_pods
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,13 +41,13 @@ from kgpu.kube.objects.node_pod import (
 from kgpu.kube.snapshot.cache_snapshot import PendingPod
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodSpec
-from kgpu.plugins.fragmentation import typical_pods
-from kgpu.plugins.gpu_fit import GpuFit
+from kgpu.plugins.node.gpu_fit import GpuFit
+from kgpu.plugins.node.resource_fit import NodeResourcesFit
 from kgpu.plugins.registry import PluginContext, build_scheduler
-from kgpu.plugins.resource_fit import NodeResourcesFit
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
 from kgpu.sim.manifest_session import session_results
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import typical_pods
 
 # Every cluster has these two, whether or not the manifests define them.
 BUILTIN_PRIORITY_CLASSES = {

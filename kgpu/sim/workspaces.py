@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from kgpu.actions.workspace_placement import WorkspacePlacement, group_nodes, place_workspace
 from kgpu.framework.group_scheduler import NoGroup
 from kgpu.framework.groups import GroupNode
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, pod_node_name
@@ -32,7 +33,6 @@ from kgpu.kube.workspaces.placement_check import (
     workspace_from_k8s,
 )
 from kgpu.model.node import NodeName
-from kgpu.plugins.node_groups import WorkspacePlacement, group_nodes, place_workspace
 from kgpu.sim.manifests import Document, ManifestError, read_documents
 
 

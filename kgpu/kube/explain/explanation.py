@@ -37,9 +37,9 @@ from kgpu.model.pod import PodSpec
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec
 from kgpu.model.resources import show_vector
 from kgpu.model.units import MILLI_PER_GPU
-from kgpu.plugins.fragmentation import typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import typical_pods
 
 QUEUES_NOT_ENFORCED: Final = (
     "no Queue exists, so every pod is in the default queue and no quota holds it back"

@@ -22,7 +22,7 @@ from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
 from kgpu.model.taints import untolerated
 from kgpu.model.units import MILLI_PER_GPU
-from kgpu.plugins.gpu_fit import allowed_model_mask
+from kgpu.plugins.node.gpu_fit import allowed_model_mask
 from kgpu.state.cluster import ClusterState
 
 NEAR_MISSES = 3

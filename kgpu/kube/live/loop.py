@@ -63,8 +63,8 @@ from kgpu.kube.snapshot.cache_snapshot import (
 from kgpu.kube.snapshot.session_input import QueueObjects, QueueReader, assemble, job_of
 from kgpu.model.job import JobKey
 from kgpu.model.pod import PodKey
-from kgpu.plugins.fragmentation import TypicalPod, typical_pods
 from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.state.fragmentation import TypicalPod, typical_pods
 
 log = logging.getLogger(__name__)
 

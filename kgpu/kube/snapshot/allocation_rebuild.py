@@ -24,7 +24,7 @@ from kgpu.kube.objects.device_allocation import DeviceAllocation
 from kgpu.model.gpu import GpuKind
 from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
-from kgpu.plugins.gpu_fit import gpu_fits
+from kgpu.plugins.node.gpu_fit import gpu_fits
 from kgpu.state.cluster import AllocationError, ClusterState
 
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from kgpu.actions.workspace_placement import place_workspace, restore_placement
 from kgpu.framework.group_scheduler import NO_SUITABLE_GROUP, GroupScheduler, NoGroup
 from kgpu.framework.groups import NodeGroupKey
 from kgpu.kube.api.client import KubeClient
@@ -52,7 +53,6 @@ from kgpu.kube.workspaces.workload import (
     ready_replicas,
     render_workload,
 )
-from kgpu.plugins.node_groups import place_workspace, restore_placement
 
 Obj = dict[str, Any]
 

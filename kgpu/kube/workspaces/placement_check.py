@@ -24,6 +24,13 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
+from kgpu.actions.workspace_placement import (
+    Grouping,
+    Placement,
+    group_node,
+    group_nodes,
+    place_workspace,
+)
 from kgpu.framework.group_scheduler import GroupScheduler, NoGroup
 from kgpu.framework.groups import GroupNode, GroupProfile
 from kgpu.kube.objects.node_pod import GPU_RESOURCE, ConversionError, node_from_k8s, object_ref
@@ -32,7 +39,6 @@ from kgpu.model.presets import PRESETS, find_preset
 from kgpu.model.quantity import EXPECTED, QuantityError, non_negative, whole_number
 from kgpu.model.units import MIB
 from kgpu.model.workspace import LabelSelector, Operator, Requirement, WorkspaceKey, WorkspaceSpec
-from kgpu.plugins.node_groups import Grouping, Placement, group_node, group_nodes, place_workspace
 from kgpu.plugins.registry import build_group_scheduler
 
 DEFAULT_GROUP_PROFILE: Final = "byo"

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from kgpu.actions.workspace_placement import WorkspacePlacement
 from kgpu.model.workspace import WorkspaceSpec
-from kgpu.plugins.node_groups import WorkspacePlacement
 
 Obj = dict[str, Any]
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kgpu.framework.interfaces import FloatArray, IntArray
 from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
-from kgpu.state.cluster import ClusterState
+from kgpu.state.cluster import BoolArray, ClusterState, IntArray
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,21 +96,21 @@ class FragmentModel:
             for m, name in enumerate(state.models):
                 self.model_ok[m + 1, j] = not t.models or name in t.models
 
-    def _gpu_parts(self, free: IntArray) -> tuple[npt.NDArray[np.bool_], IntArray, IntArray]:
+    def _gpu_parts(self, free: IntArray) -> tuple[BoolArray, IntArray, IntArray]:
         """Per node and typical pod: GPUs big enough (K,G,T), their milli and count (K,T)."""
         big = free[:, :, None] >= self.milli[None, None, :]
         usable = (free[:, :, None] * big).sum(axis=1)
         enough = big.sum(axis=1)
         return big, usable, enough
 
-    def _allowed(self, cpu: IntArray, model: IntArray) -> npt.NDArray[np.bool_]:
+    def _allowed(self, cpu: IntArray, model: IntArray) -> BoolArray:
         """Per node and typical pod (K,T): whether the GPU model and the CPU allow the pod."""
         return np.asarray(
             self.model_ok[model + 1] & (cpu[:, None] >= self.cpu[None, :]), dtype=np.bool_
         )
 
     def _fragments(
-        self, idle: IntArray, usable: IntArray, enough: IntArray, allowed: npt.NDArray[np.bool_]
+        self, idle: IntArray, usable: IntArray, enough: IntArray, allowed: BoolArray
     ) -> IntArray:
         fits = allowed & (enough >= self.count[None, :])
         return np.asarray(idle[:, None] - np.where(fits, usable, 0), dtype=np.int64)

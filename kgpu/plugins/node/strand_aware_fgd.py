@@ -45,11 +45,11 @@ from kgpu.framework.interfaces import FloatArray, GpuChoicePlugin, IntArray, Sco
 from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.plugins import names
-from kgpu.plugins.fgd import FgdScore, sigmoid_score
-from kgpu.plugins.fragmentation import TypicalPod
-from kgpu.plugins.gpu_choice import lowest_idle_gpus
-from kgpu.plugins.leftover import LeftoverModel
+from kgpu.plugins.node.fgd import FgdScore, sigmoid_score
+from kgpu.plugins.node.gpu_slots import lowest_idle_gpus
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import TypicalPod
+from kgpu.state.leftover import LeftoverModel
 
 # The tie-break stays strictly inside one FGD score point.
 TIE_SPAN = 0.99

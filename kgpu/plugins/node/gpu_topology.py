@@ -24,7 +24,7 @@ from kgpu.model.gpu import GpuKind
 from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.plugins import names
-from kgpu.plugins.gpu_choice import linked_gpus
+from kgpu.plugins.node.gpu_slots import linked_gpus
 
 ONE_ISLAND = 100.0
 UNKNOWN = 50.0

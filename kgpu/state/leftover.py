@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kgpu.framework.interfaces import FloatArray, IntArray
 from kgpu.model.units import MILLI_PER_GPU
-from kgpu.plugins.fragmentation import TypicalPod
+from kgpu.state.cluster import IntArray
+from kgpu.state.fragmentation import FloatArray, TypicalPod
 
 MILLI_STEP = 10
 CPU_STEP = 100

@@ -1,9 +1,4 @@
-"""Which GPUs of the chosen node a pod gets (for policies that do not choose themselves),
-and what every policy's choice is checked against: the node's devices.
-
-Whole-GPU requests take the lowest-index fully idle GPUs. A share of one GPU goes to the
-tightest GPU that fits (lowest index among equals) with ``GpuTightest``, or to a GPU drawn
-uniformly among those that fit with ``GpuRandom``.
+"""What every policy's choice of GPUs is checked against: the node's devices.
 
 :class:`DeviceChoice` wraps whichever choice a profile names (the registry does this for
 every scheduler), because a policy knows compute shares and nothing else:
@@ -17,67 +12,19 @@ every scheduler), because a policy knows compute shares and nothing else:
 - MIG instances are not GPU slots: none are chosen.
 
 Plain requests on nodes without topology go straight to the policy, so a trace replays
-exactly as before. A node's row holds a handful of GPU slots, so the choices run in plain
+exactly as before. A node's row holds a handful of GPU slots, so the choice runs in plain
 Python over the row as a list: numpy's overhead per call would cost more than the work.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from kgpu.framework.interfaces import GpuChoicePlugin
 from kgpu.model.gpu import GpuKind
 from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
-from kgpu.plugins import names
-from kgpu.plugins.gpu_fit import row_fits
+from kgpu.plugins.node.gpu_fit import row_fits
+from kgpu.plugins.node.gpu_slots import linked_gpus
 from kgpu.state.cluster import ClusterState
-
-
-def lowest_idle_gpus(state: ClusterState, node: int, count: int) -> tuple[int, ...]:
-    free = state.gpu_free[node].tolist()
-    return tuple([g for g, milli in enumerate(free) if milli == MILLI_PER_GPU][:count])
-
-
-def tightest_gpu(state: ClusterState, node: int, milli: int) -> int:
-    """The GPU with the least free milli that still covers ``milli``, lowest index first."""
-    free = state.gpu_free[node].tolist()
-    return min(((f, g) for g, f in enumerate(free) if f >= milli), default=(0, 0))[1]
-
-
-def linked_gpus(
-    state: ClusterState, node: int, count: int, allowed: int = -1
-) -> tuple[tuple[int, ...], int] | None:
-    """The best-connected ``count`` idle GPUs of a node with known links (limited to the
-    ``allowed`` bit mask), and their slowest link; None if fewer are idle."""
-    links = state.links[node]
-    if links is None:
-        return None
-    free = state.gpu_free[node].tolist()
-    idle = sum(1 << g for g in range(links.size) if free[g] == MILLI_PER_GPU) & allowed
-    return links.plan().choose(idle, count)
-
-
-class GpuTightest:
-    name = names.GPU_TIGHTEST
-
-    def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
-        if pod.gpu.is_shared:
-            return (tightest_gpu(state, node, pod.gpu.milli),)
-        return lowest_idle_gpus(state, node, pod.gpu.count)
-
-
-class GpuRandom:
-    name = names.GPU_RANDOM
-
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
-
-    def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
-        if pod.gpu.is_shared:
-            fits = np.flatnonzero(state.gpu_free[node] >= pod.gpu.milli)
-            return (int(fits[self.rng.integers(len(fits))]),)
-        return lowest_idle_gpus(state, node, pod.gpu.count)
 
 
 class DeviceChoice:
@@ -125,7 +72,4 @@ class DeviceChoice:
         return (min(left)[2],) if left else ()
 
 
-_: type[GpuChoicePlugin]
-_ = GpuTightest
-_ = GpuRandom
-_ = DeviceChoice
+_: type[GpuChoicePlugin] = DeviceChoice

@@ -15,9 +15,9 @@ from kgpu.framework.cycle import CycleState
 from kgpu.framework.interfaces import FloatArray, GpuChoicePlugin, IntArray, ScorePlugin
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
-from kgpu.plugins.fragmentation import FragmentModel, TypicalPod
-from kgpu.plugins.gpu_choice import lowest_idle_gpus
+from kgpu.plugins.node.gpu_slots import lowest_idle_gpus
 from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import FragmentModel, TypicalPod
 
 
 class GpuMemo:

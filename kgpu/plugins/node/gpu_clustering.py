@@ -13,7 +13,7 @@ from kgpu.framework.cycle import CycleState
 from kgpu.framework.interfaces import FloatArray, IntArray, ScorePlugin
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
-from kgpu.plugins.dot_product import MAX_SPEC_GPU
+from kgpu.plugins.node.dot_product import MAX_SPEC_GPU
 
 
 class GpuClustering:

@@ -12,7 +12,7 @@ from kgpu.framework.cycle import CycleState
 from kgpu.framework.interfaces import FloatArray, IntArray, NormalizeScorePlugin
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
-from kgpu.plugins.dot_product import MAX_SPEC_CPU, MAX_SPEC_GPU
+from kgpu.plugins.node.dot_product import MAX_SPEC_CPU, MAX_SPEC_GPU
 
 
 def min_max_normalize(scores: FloatArray) -> FloatArray:
