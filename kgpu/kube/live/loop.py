@@ -2,22 +2,25 @@
 
 A session (on the loop's thread):
 
-1. snapshot the caches into a fresh ClusterState (:mod:`kgpu.kube.snapshot.cache_snapshot`): every bound
-   pod, ours from their annotations, plus the pods this scheduler placed whose binding
-   the cache has not shown yet (``assumed``); each object is parsed once per
-   resourceVersion (:mod:`kgpu.kube.snapshot.conversion_cache`);
+1. snapshot the caches into a fresh ClusterState
+   (:mod:`kgpu.kube.snapshot.cache_snapshot`): every bound pod, ours from their
+   annotations, plus the pods this scheduler placed whose binding the cache has not shown
+   yet (``assumed``); each object is parsed once per resourceVersion
+   (:mod:`kgpu.kube.snapshot.conversion_cache`);
 2. take up to ``batch_size`` of our pending pods that are not backing off, highest priority
    first, then oldest;
-3. run a session over them, in their jobs and queues (:mod:`kgpu.kube.snapshot.session_input`), with
-   the profile's actions (``pluginArgs.session``; by default enqueue, allocate, backfill,
-   reclaim, preempt): the same runner the simulator uses
+3. run a session over them, in their jobs and queues
+   (:mod:`kgpu.kube.snapshot.session_input`), with the profile's actions
+   (``pluginArgs.session``; by default enqueue, allocate, backfill, reclaim, preempt):
+   the same runner the simulator uses
    (:func:`kgpu.actions.session_runner.run_session`), whose result is all the loop reads;
 4. hand each bind over (:mod:`kgpu.kube.live.handover`): recorded as assumed first, so the
    next session, which may start while these binds are in flight, counts its resources,
    then bound by a pool of binders (:mod:`kgpu.kube.live.binder`); hand each eviction to the
    same pool (:mod:`kgpu.kube.live.evictions`);
 5. write the Queue and PodGroup status that changed (:mod:`kgpu.kube.live.status_writer`) and
-   set the queue metrics.
+   set the queue metrics. Steps 4 and 5 read only the session's result
+   (:mod:`kgpu.kube.live.carry_out`).
 
 A binder that fails releases the reservation (the assumed entry goes) and backs the pod
 off exponentially; a pod deleted mid-cycle is released, whether the session sees it gone
@@ -47,11 +50,12 @@ from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.resources import meta, object_key, resource_version, uid
-from kgpu.kube.live.evictions import Evictor, waiting_message
+from kgpu.kube.live.carry_out import Decided, ResultCarrier
+from kgpu.kube.live.evictions import Evictor
 from kgpu.kube.live.handover import HandOver
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.status_writer import StatusWriter
-from kgpu.kube.live.waiting import PREEMPTING, WaitingBook, WaitTimes
+from kgpu.kube.live.waiting import WaitingBook, WaitTimes
 from kgpu.kube.snapshot.cache_snapshot import (
     Assumed,
     CacheSnapshot,
@@ -61,7 +65,6 @@ from kgpu.kube.snapshot.cache_snapshot import (
     pod_fields,
 )
 from kgpu.kube.snapshot.session_input import QueueObjects, QueueReader, assemble, job_of
-from kgpu.model.job import JobKey
 from kgpu.model.pod import PodKey
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.state.fragmentation import TypicalPod, typical_pods
@@ -166,10 +169,12 @@ class SchedulerLoop:
             wake=self._wake,
             uncertain_grace=c.uncertain_grace,
         )
+        self._carrier = ResultCarrier(
+            self._binds, self._book, self._evictor, self._status, recorder, metrics, is_leader
+        )
         self._decided_generation = -1  # the cluster generation the last session saw
         # Queue/PodGroup/PriorityClass uid -> what a session reads of it
         self._specs: dict[str, object] = {}
-        self._group_events: dict[str, str] = {}  # PodGroup key -> last warning said
         # Totals, for benchmarks and logs: sessions run and their time.
         self.sessions = 0
         self.snapshot_s = 0.0
@@ -371,42 +376,12 @@ class SchedulerLoop:
         groups = objects.podgroup_objs
         result = run_session(made.snapshot, scheduler, self.session_config, groups)
         stats.decided = len(batch)
-        chosen = {p.spec.key: p for p in batch}
-        said = {e.pod: e.message for e in result.events if e.reason == "Scheduled"}
-        for bind in result.binds:
-            alloc = result.allocations[bind.pod]
-            self._binds.hand_over(snap, bind, alloc, chosen[bind.pod], said.get(bind.pod, ""))
-            stats.binds += 1
-        # A preemptor placed nowhere while its victims leave keeps waiting for them.
-        waits = [
-            (p.pod, PREEMPTING, w.message, w.node)
-            if (w := leaving.get(p.pod)) is not None
-            else (p.pod, p.status.reason_code or "Unschedulable", p.message, "")
-            for p in result.pending
-        ]
-        waits += [
-            (n.pod, PREEMPTING, waiting_message(n, result.evictions), n.node)
-            for n in result.nominations
-        ]
-        waits += [(key, "InvalidPodGroup", text, "") for key, text in made.blocked.items()]
-        for key, code, message, node in waits:
-            if key in chosen:
-                obj = chosen[key].obj
-                self._book.unschedulable(obj, code, message, generation, now, node=node)
-        stats.unschedulable += len(waits)
-        self.metrics.attempts.labels("unschedulable").inc(len(waits))
-        leader = self.is_leader()
-        if leader and result.evictions:
-            self._evictor.evict(result.evictions, by_key.get)
-        for event in result.events:
-            job = JobKey(event.pod)
-            group = groups.get(job) if event.kind == "PodGroup" else None
-            if group is not None and self._group_events.get(event.pod) != event.message:
-                self._group_events[event.pod] = event.message
-                self.recorder.emit(group, event.type, event.reason, event.message)
-        if leader:
-            self._status.write(result, objects, by_key)
-        self.metrics.set_queues(result.queues)
+        decided = Decided(
+            snap, batch, result, objects, leaving, made.blocked, by_key, generation, now
+        )
+        binds, waits = self._carrier.carry_out(decided)
+        stats.binds += binds
+        stats.unschedulable += waits
 
     def _warn(self, problems: list[Problem], *, by_message: bool = False) -> None:
         """Warn once per object version about what could not be read (``by_message``: once
