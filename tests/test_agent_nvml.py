@@ -1,8 +1,8 @@
 """The NVML probe on this machine's own GPUs, checked against ``nvidia-smi``.
 
-Where there is no NVIDIA driver (CI, laptops) the GPU test is skipped and says so, and
-the other one checks what the agent says instead. Run on a GPU machine with
-``pytest tests/test_agent_nvml.py``.
+Where there is no NVIDIA driver (CI, laptops) the GPU tests are skipped and say so, even
+under CI=true, and the first one checks what the agent says instead. Run on a GPU machine
+with ``pytest tests/test_agent_nvml.py``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ from kgpu.kube.objects.device_cr import devices_from_k8s
 from tests.crd_schemas import errors
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, wait_until
+
+# Whether each test runs or skips depends on this machine's NVIDIA driver: the one skip CI
+# allows (tests/inputs.py), as CI has no GPU.
+pytestmark = pytest.mark.nvidia
 
 _QUERY = "index,uuid,name,memory.total,pci.bus_id,driver_version"
 
@@ -118,7 +122,7 @@ def test_kgpu_agent_once_writes_this_machines_gpus(tmp_path: Path) -> None:
         inventory = discover(found)
     with KubeDouble(crds=True) as double:
         double.put(node_obj("this-node", gpus=len(inventory.gpus)))
-        command = [sys.executable, "-m", "kgpu.cli", "agent", "--once", "--node", "this-node"]
+        command = [sys.executable, "-P", "-m", "kgpu.cli", "agent", "--once", "--node", "this-node"]
         command += ["--kubeconfig", double.kubeconfig(tmp_path), "--no-kubelet-checkpoint"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -152,7 +156,7 @@ def test_kgpu_agent_serves_its_probes_and_stops_on_sigterm(tmp_path: Path) -> No
     log = tmp_path / "agent.log"
     with KubeDouble(crds=True) as double:
         double.put(node_obj("this-node", gpus=1))
-        command = [sys.executable, "-m", "kgpu.cli", "agent", "--node", "this-node"]
+        command = [sys.executable, "-P", "-m", "kgpu.cli", "agent", "--node", "this-node"]
         command += ["--kubeconfig", double.kubeconfig(tmp_path), "--no-kubelet-checkpoint"]
         command += ["--metrics-port", "0", "--interval", "0.5"]
         with log.open("wb") as out:

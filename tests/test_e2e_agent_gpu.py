@@ -3,8 +3,8 @@ Device in a real kube-apiserver, and ``kgpu run`` writes a placed pod's allocati
 GPU's real UUID.
 
 Needs both the NVIDIA driver and a kube-apiserver (``KGPU_E2E_KUBECONFIG``); CI has the
-server but no GPU, so there it says it is skipped. The node is an API object named after
-this test, with as many GPUs as NVML counts here.
+server but no GPU, so there it says it is skipped (the one skip CI allows). The node is an
+API object named after this test, with as many GPUs as NVML counts here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
 from tests.test_e2e_webhook import api, crds  # noqa: F401
 
-pytestmark = pytest.mark.e2e
+# The kube-apiserver must be there under CI=true; the GPU is the one thing CI may lack.
+pytestmark = [pytest.mark.e2e, pytest.mark.nvidia]
 
 
 def test_the_agent_reports_this_machines_gpus_and_kgpu_run_places_on_them(
@@ -56,7 +57,7 @@ def test_the_agent_reports_this_machines_gpus_and_kgpu_run_places_on_them(
         ]
     )
     try:
-        command = [sys.executable, "-m", "kgpu.cli", "agent", "--once", "--node", node]
+        command = [sys.executable, "-P", "-m", "kgpu.cli", "agent", "--once", "--node", node]
         command += ["--kubeconfig", cluster.kubeconfig, "--no-kubelet-checkpoint"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr

@@ -1,11 +1,11 @@
 """End to end: ``kgpu run`` against a real kube-apiserver with etcd.
 
 CI starts one (../shared/tools/kube-apiserver, see .ci/run) and hands its kubeconfig over
-in KGPU_E2E_KUBECONFIG; without it these tests are skipped. There is no kubelet: Nodes
-are API objects whose status (allocatable, the Ready condition) is written through the
-status subresource (and the not-ready taint the API server puts on new nodes is lifted by
-hand, as the node lifecycle controller would), and bound pods stay Pending with their
-nodeName.
+in KGPU_E2E_KUBECONFIG; without it these tests are skipped, and under CI=true they fail
+(tests/inputs.py). There is no kubelet: Nodes are API objects whose status (allocatable,
+the Ready condition) is written through the status subresource (and the not-ready taint
+the API server puts on new nodes is lifted by hand, as the node lifecycle controller
+would), and bound pods stay Pending with their nodeName.
 
 Each test uses its own scheduler name, namespace and nodes, and removes them after, so
 tests (and other users of the same API server) do not see each other's pods. Every
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -36,6 +35,7 @@ import pytest
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.resources import EVENTS, NODES, PODS, Resource
+from tests.inputs import KUBE_APISERVER_TOOLS, e2e_kubeconfig, require_input
 from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -46,12 +46,7 @@ TEST_LABEL = "e2e.kgpu.io/test"
 
 @pytest.fixture(scope="module")
 def kubeconfig() -> str:
-    path = os.environ.get("KGPU_E2E_KUBECONFIG")
-    if not path:
-        pytest.skip("KGPU_E2E_KUBECONFIG is not set: no kube-apiserver to test against")
-    if not Path(path).exists():
-        pytest.skip(f"KGPU_E2E_KUBECONFIG names {path}, which does not exist")
-    return path
+    return e2e_kubeconfig()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +55,10 @@ def client(kubeconfig: str) -> Iterator[KubeClient]:
     try:
         c.list(NAMESPACES)
     except KubeError as exc:
-        pytest.skip(f"the kube-apiserver of {kubeconfig} does not answer: {exc}")
+        require_input(
+            f"an answering kube-apiserver (the one of {kubeconfig}: {exc})",
+            f"start it: bash {KUBE_APISERVER_TOOLS}/start.sh",
+        )
     yield c
     c.close()
 
@@ -116,7 +114,7 @@ class Cluster:
 
     def run(self, log: Path, *args: str) -> subprocess.Popen[bytes]:
         """``kgpu run --kubeconfig PATH`` with this test's scheduler name, as a process."""
-        command = [sys.executable, "-m", "kgpu.cli", "run", "--kubeconfig", self.kubeconfig]
+        command = [sys.executable, "-P", "-m", "kgpu.cli", "run", "--kubeconfig", self.kubeconfig]
         command += ["--scheduler-name", self.scheduler, "--metrics-port", "0", *args]
         with log.open("ab") as out:
             return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)

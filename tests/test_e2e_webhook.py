@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
 from kgpu.kube.install.bundle import render_objects
 from kgpu.kube.install.options import InstallOptions
 from kgpu.kube.install.webhook_certs import generate_tls
+from tests.inputs import e2e_kubeconfig
 from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 
 pytestmark = pytest.mark.e2e
@@ -38,9 +38,7 @@ GROUP, VERSION = "kgpu.io", "v1alpha1"
 
 @pytest.fixture(scope="module")
 def api() -> Any:
-    path = os.environ.get("KGPU_E2E_KUBECONFIG")
-    if not path:
-        pytest.skip("KGPU_E2E_KUBECONFIG is not set: no kube-apiserver to test against")
+    path = e2e_kubeconfig()
     from kubernetes import config
 
     loader: Any = config
