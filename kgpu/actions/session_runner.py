@@ -33,9 +33,10 @@ from kgpu.actions.backfill import Backfill
 from kgpu.actions.enqueue import Enqueue
 from kgpu.actions.preempt import Preempt
 from kgpu.actions.reclaim import Reclaim
+from kgpu.framework.gc_pause import collector_paused
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import Action, Session, Snapshot, collector_paused
+from kgpu.framework.session import Action, Session, Snapshot
 from kgpu.framework.session_result import SessionResult, job_figures, queue_figures
 from kgpu.plugins import names
 from kgpu.plugins.registry import build_session_plugins

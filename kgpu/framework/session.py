@@ -21,13 +21,12 @@ rule each kind combines by; the actions ask it. The actions' own state for the s
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from kgpu.framework.charges import GpuCharges
+from kgpu.framework.gc_pause import collector_paused
 from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session_callbacks import SessionCallbacks, Verdict
 from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
@@ -43,25 +42,6 @@ from kgpu.model.pod import PodKey
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec, QueueTree
 from kgpu.model.resources import BASE, CPU, GPU, MEMORY, Vector, add
 from kgpu.state.cluster import Allocation, ClusterState
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a session runs, and back as it was after.
-
-    A session makes tens of thousands of objects that live as long as it does (jobs and
-    their lists, victim units, statements), and every few hundred of them set off a
-    collection whose older generations walk the whole snapshot: 40% of a session's time
-    at 70,000 pods. Nothing is lost: what the session leaves in cycles (it and its
-    plugins' callbacks) is collected once the collector is back.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _card_units(card: str, gpu: GpuRequest, milli: int) -> int:
