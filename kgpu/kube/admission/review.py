@@ -11,8 +11,9 @@ expected (the messages of :class:`kgpu.kube.objects.node_pod.ConversionError`):
 - kgpu.io Queues and PodGroups: everything the scheduler reads of them, through its own
   converters (:func:`kgpu.kube.objects.queue_podgroup.queue_from_k8s`,
   ``podgroup_from_k8s``): quantities, card quotas and requests, a card's ``limit`` not below
-  its ``deserved``, ``maxMember`` not below ``minMember``. Volcano's Queues: the ``volcano.sh/card.quota`` annotation
-  only (their spec is Volcano's), by the same rule (``parse_card_quota``).
+  its ``deserved``, ``maxMember`` not below ``minMember``. Volcano's Queues: the
+  ``volcano.sh/card.quota`` annotation only (their spec is Volcano's), by the same rule
+  (``parse_card_quota``).
 - Workspaces: their shape (:func:`kgpu.kube.workspaces.placement_check.workspace_from_k8s`) on
   CREATE and UPDATE; on CREATE only, also that some node group of the cluster fits them
   (:func:`kgpu.kube.workspaces.placement_check.validate_workspace`), denied with KAITO's "No

@@ -12,8 +12,8 @@ What each option of :class:`InstallOptions` (``kgpu manifests`` flag) sets:
   (they share the CRDs, which are the same for all).
 - ``webhook`` (``--webhook/--no-webhook``): whether the admission webhook is installed: its
   ServiceAccount, a Secret with a certificate made now (see
-  :mod:`kgpu.kube.install.webhook_certs`), a Service, a Deployment of ``kgpu webhook`` and the ValidatingWebhookConfiguration whose
-  ``caBundle`` is the certificate's CA.
+  :mod:`kgpu.kube.install.webhook_certs`), a Service, a Deployment of ``kgpu webhook`` and
+  the ValidatingWebhookConfiguration whose ``caBundle`` is the certificate's CA.
 - ``failure_policy`` (``--webhook-failure-policy``, default Ignore): what the API server does
   when the webhook cannot be reached. Ignore keeps pods flowing while the webhook restarts
   (a malformed pod then pends with the same message as an event); Fail guarantees that no
