@@ -45,6 +45,7 @@ COMPILED = [
     "kgpu/framework/session_callbacks.py",
     "kgpu/framework/session_result.py",
     "kgpu/framework/session_scratch.py",
+    "kgpu/framework/session_snapshot.py",
     "kgpu/framework/shape_cache.py",
     "kgpu/framework/statement.py",
     "kgpu/framework/status.py",

@@ -38,8 +38,8 @@ import numpy.typing as npt
 from kgpu import core_build
 from kgpu.actions.session_runner import SessionConfig, run_session
 from kgpu.config import load_profile
-from kgpu.framework.session import Snapshot
 from kgpu.framework.session_result import SessionResult
+from kgpu.framework.session_snapshot import Snapshot
 from kgpu.model.fair_share import fair_shares
 from kgpu.model.gpu import NO_GPU, GpuRequest, gpu_share, whole_gpus
 from kgpu.model.job import JobKey, JobSpec, Task

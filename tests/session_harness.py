@@ -17,8 +17,8 @@ from typing import Any
 from kgpu.actions.session_runner import SessionConfig, run_session
 from kgpu.config import load_profile
 from kgpu.framework.profile import Profile
-from kgpu.framework.session import Snapshot
 from kgpu.framework.session_result import SessionResult
+from kgpu.framework.session_snapshot import Snapshot
 from kgpu.model.gpu import GpuKind
 from kgpu.model.job import JobKey, JobSpec, Task
 from kgpu.model.node import NodeInfo

@@ -36,8 +36,9 @@ from kgpu.actions.reclaim import Reclaim
 from kgpu.framework.gc_pause import collector_paused
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import Action, Session, Snapshot
+from kgpu.framework.session import Action, Session
 from kgpu.framework.session_result import SessionResult, job_figures, queue_figures
+from kgpu.framework.session_snapshot import Snapshot
 from kgpu.plugins import names
 from kgpu.plugins.registry import build_session_plugins
 from kgpu.plugins.session.proportion import capacity

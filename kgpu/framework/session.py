@@ -22,7 +22,6 @@ rule each kind combines by; the actions ask it. The actions' own state for the s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from kgpu.framework.charges import GpuCharges
@@ -31,6 +30,7 @@ from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session_callbacks import SessionCallbacks, Verdict
 from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
 from kgpu.framework.session_scratch import SessionScratch
+from kgpu.framework.session_snapshot import Snapshot
 from kgpu.framework.statement import Op, Statement
 from kgpu.framework.status import Code, Status
 from kgpu.model.card import NAME_ANNOTATION, card_units, node_cards
@@ -41,7 +41,7 @@ from kgpu.model.ledger import QueueLedger, Shortfall
 from kgpu.model.pod import PodKey
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec, QueueTree
 from kgpu.model.resources import BASE, CPU, GPU, MEMORY, Vector, add
-from kgpu.state.cluster import Allocation, ClusterState
+from kgpu.state.cluster import Allocation
 
 
 def _card_units(card: str, gpu: GpuRequest, milli: int) -> int:
@@ -49,18 +49,6 @@ def _card_units(card: str, gpu: GpuRequest, milli: int) -> int:
     counts the GPU share, which for a memory-only request is ``milli`` (``card_units``
     reads only the request, where that share is 0)."""
     return card_units(card, gpu) or milli
-
-
-@dataclass(slots=True)
-class Snapshot:
-    state: ClusterState
-    queues: Sequence[QueueSpec] = ()
-    jobs: Sequence[JobSpec] = ()
-    tasks: Sequence[Task] = ()
-    now: float = 0.0
-    # Pending pods whose victims of an earlier session are still terminating: they may be
-    # placed, but they evict no one (another eviction would take more than they need).
-    victims_leaving: frozenset[PodKey] = frozenset()
 
 
 class SessionPlugin(Protocol):

@@ -28,8 +28,8 @@ import numpy as np
 
 from kgpu.actions.session_runner import SessionConfig, run_session
 from kgpu.framework.scheduler import Scheduler
-from kgpu.framework.session import Snapshot
 from kgpu.framework.session_result import SessionResult
+from kgpu.framework.session_snapshot import Snapshot
 from kgpu.model.gpu import gpu_share, whole_gpus
 from kgpu.model.job import JobKey, JobSpec, Task
 from kgpu.model.node import NodeInfo, NodeName

@@ -9,7 +9,7 @@ the result's data alone (:class:`kgpu.framework.session_result.SessionResult`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kgpu.framework.session_result import SessionResult
@@ -41,25 +41,17 @@ class Decided:
     now: float
 
 
+@dataclass(slots=True)
 class ResultCarrier:
-    def __init__(
-        self,
-        binds: HandOver,
-        book: WaitingBook,
-        evictor: Evictor,
-        status: StatusWriter,
-        recorder: EventRecorder,
-        metrics: SchedulerMetrics,
-        is_leader: Callable[[], bool],
-    ) -> None:
-        self.binds = binds
-        self.book = book
-        self.evictor = evictor
-        self.status = status
-        self.recorder = recorder
-        self.metrics = metrics
-        self.is_leader = is_leader
-        self._group_events: dict[str, str] = {}  # PodGroup key -> last warning said
+    binds: HandOver
+    book: WaitingBook
+    evictor: Evictor
+    status: StatusWriter
+    recorder: EventRecorder
+    metrics: SchedulerMetrics
+    is_leader: Callable[[], bool]
+    # PodGroup key -> the last warning said of it: an unchanged one is not said again.
+    _group_events: dict[str, str] = field(default_factory=dict, init=False)
 
     def carry_out(self, d: Decided) -> tuple[int, int]:
         """Act on ``d.result``; return the binds handed over and the pods left waiting."""

@@ -1,7 +1,7 @@
 """A live session's input: the cache snapshot's pods as jobs and tasks, in their queues.
 
 The session itself runs through :func:`kgpu.actions.session_runner.run_session`, the one
-runner. What goes into it (:class:`kgpu.framework.session.Snapshot`):
+runner. What goes into it (:class:`kgpu.framework.session_snapshot.Snapshot`):
 
 - the queues: every Queue that can be read (one that cannot gets a Warning and is left out,
   so its jobs wait with "queue ... does not exist or is invalid"); the session adds the
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kgpu.framework.session import Snapshot
+from kgpu.framework.session_snapshot import Snapshot
 from kgpu.kube.api.resources import meta, object_key, parse_time, resource_version, uid
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.objects.queue_podgroup import (
