@@ -37,6 +37,7 @@ COMPILED = [
     "kgpu/actions/placement.py",
     "kgpu/actions/preempt.py",
     "kgpu/actions/reclaim.py",
+    "kgpu/actions/victim_pool.py",
     "kgpu/actions/victims.py",
     "kgpu/framework/charges.py",
     "kgpu/framework/cycle.py",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kgpu.actions.session_runner import SessionConfig, open_session
-from kgpu.actions.victims import VictimPool
+from kgpu.actions.victim_pool import VictimPool
 from kgpu.config import load_profile
 from kgpu.framework.session import Session
 from kgpu.model.decision import EvictionKind

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from kgpu.actions.allocate import schedulable
 from kgpu.actions.placement import Placer, placer_of
-from kgpu.actions.victims import VictimPool, make_room
+from kgpu.actions.victim_pool import VictimPool
+from kgpu.actions.victims import make_room
 from kgpu.framework.session import Session
 from kgpu.model.card import NAME_ANNOTATION
 from kgpu.model.job import JobInfo, Task

@@ -19,7 +19,7 @@ import heapq
 from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import placer_of
 from kgpu.actions.preempt import Failures, may_take_room, take_room
-from kgpu.actions.victims import VictimPool
+from kgpu.actions.victim_pool import VictimPool
 from kgpu.framework.session import Session
 from kgpu.framework.session_callbacks import Key
 from kgpu.model.fair_share import dominant_ratio
