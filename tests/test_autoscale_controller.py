@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kgpu.autoscale.controller import ControllerConfig, TriggerController
-from kgpu.autoscale.demand import PendingPod, TriggerSpec
+from kgpu.autoscale.demand import TriggerSpec, UnplacedPod
 from kgpu.autoscale.observed import (
     Observed,
     ObservedNode,
@@ -13,6 +12,7 @@ from kgpu.autoscale.observed import (
     ObservedTrigger,
     Phase,
 )
+from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
 from tests.test_autoscale_planner import A100, POOLS, gpu_pod, pending
 
 NOW = 1000.0
@@ -44,7 +44,7 @@ def claim(
     return ObservedNodeClaim(name, "gpu-a100", at, conditions, node=node, failure=failure)
 
 
-def started(ctl: TriggerController, pods: list[PendingPod] = HALVES) -> TriggerSpec:
+def started(ctl: TriggerController, pods: list[UnplacedPod] = HALVES) -> TriggerSpec:
     acts = ctl.step(Observed(NOW, pods))
     [spec] = acts.create
     return spec

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from kgpu.autoscale.demand import ActiveTrigger, PendingPod
+from kgpu.autoscale.demand import ActiveTrigger, UnplacedPod
 from kgpu.autoscale.planner import Plan, PlannerConfig, plan
 from kgpu.model.nodepool import CATALOGUE, NodePool, NodeRequirement
 from kgpu.model.taints import Effect, Taint
@@ -31,8 +31,8 @@ def gpu_pod(name: str) -> PodBuilder:
     return make_pod(name).tolerate("nvidia.com/gpu", operator="Exists")
 
 
-def pending(*builders: PodBuilder, gang: str = "") -> list[PendingPod]:
-    return [PendingPod(b.build(), gang=gang) for b in builders]
+def pending(*builders: PodBuilder, gang: str = "") -> list[UnplacedPod]:
+    return [UnplacedPod(b.build(), gang=gang) for b in builders]
 
 
 def shapes(result: Plan) -> list[tuple[str, int, list[str]]]:
@@ -109,7 +109,7 @@ PACKING_CASES = [
     ("pods", "expected"), [c[1:] for c in PACKING_CASES], ids=[c[0] for c in PACKING_CASES]
 )
 def test_demand_is_packed_into_whole_gpus_and_nodes(
-    pods: list[PendingPod], expected: list[tuple[str, int, list[str]]]
+    pods: list[UnplacedPod], expected: list[tuple[str, int, list[str]]]
 ) -> None:
     result = plan(pods, POOLS)
     assert shapes(result) == expected
@@ -134,7 +134,7 @@ def test_without_pools_each_unit_is_its_own_trigger() -> None:
 def test_memory_only_pods_take_their_share_of_the_target_gpu_memory() -> None:
     # 20 GiB of an 80 GiB A100 is a quarter: four make one GPU, a fifth a second one.
     pods = [
-        PendingPod(gpu_pod(f"m{i}").selector("nvidia.com/gpu.product", A100).build(), 20480)
+        UnplacedPod(gpu_pod(f"m{i}").selector("nvidia.com/gpu.product", A100).build(), 20480)
         for i in range(5)
     ]
     result = plan(pods, POOLS)
@@ -146,14 +146,14 @@ def test_memory_only_pods_take_their_share_of_the_target_gpu_memory() -> None:
 def test_memory_only_pods_of_unknown_model_take_the_configured_ratio(
     ratio: float, pods: int, gpus: int
 ) -> None:
-    many = [PendingPod(make_pod(f"m{i}").build(), gpu_memory_mib=1000) for i in range(pods)]
+    many = [UnplacedPod(make_pod(f"m{i}").build(), gpu_memory_mib=1000) for i in range(pods)]
     result = plan(many, PlannerConfig(gpu_memory_to_fraction_ratio=ratio))
     assert sum(t.gpus for t in result.triggers) == gpus
     assert {d.milli for t in result.triggers for d in t.pods} == {round(ratio * 1000)}
 
 
 def test_a_memory_request_larger_than_the_gpu_cannot_be_planned() -> None:
-    pod = PendingPod(gpu_pod("m").selector("nvidia.com/gpu.product", L4).build(), 40000)
+    pod = UnplacedPod(gpu_pod("m").selector("nvidia.com/gpu.product", L4).build(), 40000)
     result = plan([pod], POOLS)
     assert result.triggers == []
     assert result.unplannable[0].reason == (
@@ -267,7 +267,7 @@ def test_pool_weight_and_affinity_narrow_the_target() -> None:
     [trigger] = plan(pending(gpu_pod("a").gpus(1, L4)), config).triggers
     assert trigger.group.target.pool == "l4-heavy"
     only_xl = (NodeRequirement("node.kubernetes.io/instance-type", "In", ("g6.xlarge",)),)
-    pod = PendingPod(gpu_pod("b").gpus(1, L4).build(), affinity=(only_xl,))
+    pod = UnplacedPod(gpu_pod("b").gpus(1, L4).build(), affinity=(only_xl,))
     [trigger] = plan([pod], config).triggers
     assert (trigger.group.target.pool, trigger.group.target.instance_types) == (
         "gpu-l4",

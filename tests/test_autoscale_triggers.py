@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from kgpu.autoscale.demand import PendingPod
+from kgpu.autoscale.demand import UnplacedPod
 from kgpu.autoscale.planner import PlannerConfig, plan
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.scaling.trigger_pods import (
@@ -27,7 +27,7 @@ K8S_VERSION = "1.25.0"
 CONFIG = TriggerPodConfig()
 
 
-def rendered(pods: list[PendingPod], config: PlannerConfig = POOLS) -> list[dict[str, Any]]:
+def rendered(pods: list[UnplacedPod], config: PlannerConfig = POOLS) -> list[dict[str, Any]]:
     return [render_trigger_pod(t, CONFIG) for t in plan(pods, config).triggers]
 
 
@@ -186,7 +186,7 @@ def test_a_pool_target_keeps_the_pods_affinity_and_replaces_their_gpu_product_te
     zone = NodeRequirement("topology.kubernetes.io/zone", "In", ("us-east-1a", "us-east-1b"))
     product = NodeRequirement("nvidia.com/gpu.product", "In", (L4,))
     # One term: its GPU product picks the L4 pool, and gives way to the pool's instance types.
-    pod = PendingPod(gpu_pod("a").gpus(1).build(), affinity=((zone, product),))
+    pod = UnplacedPod(gpu_pod("a").gpus(1).build(), affinity=((zone, product),))
     [trigger] = rendered([pod])
     zone_term = {
         "key": "topology.kubernetes.io/zone",
@@ -208,7 +208,7 @@ def test_a_pool_target_keeps_the_pods_affinity_and_replaces_their_gpu_product_te
     }
     # Two terms: (A or B) and X is (A and X) or (B and X). The team label, which only the
     # A100 pool sets, picks that pool.
-    two = PendingPod(gpu_pod("b").gpus(1).selector("team", "ml").build(), affinity=((zone,), ()))
+    two = UnplacedPod(gpu_pod("b").gpus(1).selector("team", "ml").build(), affinity=((zone,), ()))
     [trigger] = rendered([two])
     a100_types = {
         "key": "node.kubernetes.io/instance-type",
@@ -226,7 +226,7 @@ def test_a_pool_target_keeps_the_pods_affinity_and_replaces_their_gpu_product_te
 
 
 def test_memory_only_pods_say_so_in_the_original_request() -> None:
-    pods = [PendingPod(gpu_pod("m").selector("nvidia.com/gpu.product", A100).build(), 20480)]
+    pods = [UnplacedPod(gpu_pod("m").selector("nvidia.com/gpu.product", A100).build(), 20480)]
     [trigger] = rendered(pods)
     request = json.loads(trigger["metadata"]["annotations"]["kgpu.io/original-request"])
     assert request["pods"] == [

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from kgpu.autoscale.controller import ControllerConfig
 from kgpu.autoscale.planner import PlannerConfig
+from kgpu.autoscale.trigger_controller import ControllerConfig
 from kgpu.kube.api.client import Timeouts
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.live.loop import LoopConfig

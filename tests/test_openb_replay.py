@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from kgpu.cli import main
+from kgpu.sim.arrivals import tune_workload
 from kgpu.sim.openb import TracePod, read_pods
 from kgpu.sim.openb_run import run_openb
 from kgpu.sim.replay import allocation_curve
-from kgpu.sim.workload import tune_workload
 
 
 def _pod(name: str, num_gpu: int, milli: int) -> TracePod:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from kgpu.cli import main
 from kgpu.framework.group_scheduler import DENIAL
-from kgpu.sim.workspaces import Outcome, simulate_workspaces
+from kgpu.sim.workspaces import WorkspaceOutcome, simulate_workspaces
 from tests.workspace_fixtures import k8s_gpu_node, k8s_workspace
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "workspaces"
@@ -25,13 +25,13 @@ def write(path: Path, *docs: Any) -> Path:
 def test_the_example_replays_in_order() -> None:
     run = simulate_workspaces(EXAMPLES / "nodes.yaml", EXAMPLES / "workspaces.yaml")
     assert [(r.workspace, r.outcome, r.nodes) for r in run.results] == [
-        ("default/phi-4-mini", Outcome.PLACED, ("a100-40g-1", "a100-40g-2")),
-        ("default/mistral", Outcome.PLACED, ("a10-1",)),
+        ("default/phi-4-mini", WorkspaceOutcome.PLACED, ("a100-40g-1", "a100-40g-2")),
+        ("default/mistral", WorkspaceOutcome.PLACED, ("a10-1",)),
         # The two nodes phi-4-mini took are busy now: three replicas fit nowhere.
-        ("default/phi-3-medium", Outcome.DENIED, ()),
-        ("default/big-model", Outcome.PLACED, ("a100-80g-1",)),
-        ("default/qwen-nap", Outcome.PROVISION, ()),
-        ("default/wrong-team", Outcome.DENIED, ()),
+        ("default/phi-3-medium", WorkspaceOutcome.DENIED, ()),
+        ("default/big-model", WorkspaceOutcome.PLACED, ("a100-80g-1",)),
+        ("default/qwen-nap", WorkspaceOutcome.PROVISION, ()),
+        ("default/wrong-team", WorkspaceOutcome.DENIED, ()),
     ]
     denied = run.results[2]
     assert denied.message.startswith(DENIAL)
@@ -71,8 +71,8 @@ def test_bound_pods_hold_gpus_and_a_directory_reads_like_kubectl(tmp_path: Path)
     )
     run = simulate_workspaces(nodes, workspaces)
     assert [(r.outcome, r.nodes) for r in run.results] == [
-        (Outcome.PLACED, ("b",)),  # "a" runs the training pod
-        (Outcome.DENIED, ()),
+        (WorkspaceOutcome.PLACED, ("b",)),  # "a" runs the training pod
+        (WorkspaceOutcome.DENIED, ()),
     ]
 
 
@@ -83,7 +83,7 @@ def test_a_malformed_workspace_is_denied_and_the_rest_run(tmp_path: Path) -> Non
         tmp_path / "w.yaml", bad, k8s_workspace("good", replicas=1), {"kind": "Service"}
     )
     run = simulate_workspaces(nodes, workspaces)
-    assert [r.outcome for r in run.results] == [Outcome.DENIED, Outcome.PLACED]
+    assert [r.outcome for r in run.results] == [WorkspaceOutcome.DENIED, WorkspaceOutcome.PLACED]
     assert 'inference.preset.name is "gpt-9"' in run.results[0].message
     assert run.notes == ["w.yaml#3: Service skipped"]
 

@@ -29,7 +29,7 @@ TRIGGER_PREFIX: Final = "kgpu-trigger"
 
 
 @dataclass(frozen=True, slots=True)
-class PendingPod:
+class UnplacedPod:
     """A pod kgpu failed to place, with what the planner needs beyond its PodSpec.
 
     ``gpu_memory_mib``: a request for that much memory of one shared GPU (the ``gpu-memory``
@@ -111,7 +111,7 @@ class PodDemand:
 
 
 @dataclass(frozen=True, slots=True)
-class Unit:
+class NodeUnit:
     """GPUs that must be on one node: a multi-GPU pod, or one GPU of packed shares."""
 
     gpus: int
@@ -165,11 +165,11 @@ def trigger_name(group: DemandGroup, pods: Iterable[PodKey]) -> str:
     return f"{TRIGGER_PREFIX}-{what}-{digest(group.id + '|' + ','.join(sorted(pods)))}"
 
 
-def pack_shares(shares: Sequence[tuple[int, PendingPod, PodDemand]]) -> list[Unit]:
+def pack_shares(shares: Sequence[tuple[int, UnplacedPod, PodDemand]]) -> list[NodeUnit]:
     """Shares of one GPU (milli < 1000 each) packed first-fit-decreasing into whole GPUs."""
     order = sorted(shares, key=lambda s: (-s[0], s[1].key))
     room: list[int] = []
-    bins: list[list[tuple[PendingPod, PodDemand]]] = []
+    bins: list[list[tuple[UnplacedPod, PodDemand]]] = []
     for milli, pending, demand in order:
         for i, free in enumerate(room):
             if free >= milli:
@@ -180,7 +180,7 @@ def pack_shares(shares: Sequence[tuple[int, PendingPod, PodDemand]]) -> list[Uni
             room.append(MILLI_PER_GPU - milli)
             bins.append([(pending, demand)])
     return [
-        Unit(
+        NodeUnit(
             gpus=1,
             cpu_milli=sum(p.pod.cpu_milli for p, _ in content),
             memory_mib=sum(p.pod.memory_mib for p, _ in content),
@@ -190,7 +190,7 @@ def pack_shares(shares: Sequence[tuple[int, PendingPod, PodDemand]]) -> list[Uni
     ]
 
 
-def pack_nodes(units: Sequence[Unit], target: Target) -> list[list[Unit]]:
+def pack_nodes(units: Sequence[NodeUnit], target: Target) -> list[list[NodeUnit]]:
     """Units packed first-fit-decreasing into nodes of the target's largest instance type.
 
     A node holds what fits in its GPUs, CPU, memory and pod slots. With no known node size
@@ -199,7 +199,7 @@ def pack_nodes(units: Sequence[Unit], target: Target) -> list[list[Unit]]:
     if target.node_gpus <= 0:
         return [[u] for u in units]
     order = sorted(units, key=lambda u: (-u.gpus, -u.cpu_milli, -u.memory_mib, u.pods[0].pod))
-    nodes: list[list[Unit]] = []
+    nodes: list[list[NodeUnit]] = []
     free: list[list[int]] = []  # gpus, cpu, memory, pod slots left on each node
     for unit in order:
         need = (unit.gpus, unit.cpu_milli, unit.memory_mib, len(unit.pods))
@@ -220,7 +220,7 @@ def pack_nodes(units: Sequence[Unit], target: Target) -> list[list[Unit]]:
     return nodes
 
 
-def trigger_for(group: DemandGroup, units: Sequence[Unit]) -> TriggerSpec:
+def trigger_for(group: DemandGroup, units: Sequence[NodeUnit]) -> TriggerSpec:
     pods = tuple(d for u in units for d in u.pods)
     return TriggerSpec(
         name=trigger_name(group, (d.pod for d in pods)),

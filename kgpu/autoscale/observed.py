@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kgpu.autoscale.demand import PendingPod, TriggerSpec
+from kgpu.autoscale.demand import TriggerSpec, UnplacedPod
 from kgpu.autoscale.planner import Unplannable
 from kgpu.model.pod import PodKey
 
@@ -85,14 +85,14 @@ class Observed:
     """One look at the world: the pods kgpu could not place and the autoscaling objects."""
 
     now: float
-    pending: Sequence[PendingPod] = ()
+    pending: Sequence[UnplacedPod] = ()
     triggers: Sequence[ObservedTrigger] = ()
     claims: Sequence[ObservedNodeClaim] = ()
     nodes: Sequence[ObservedNode] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class TriggerOutcome:
     """A trigger's end: its node became Ready (``node``), or it failed (``reason``)."""
 
     trigger: str
@@ -132,7 +132,7 @@ class Actions:
     delete: list[str] = field(default_factory=list)
     retry: list[PodKey] = field(default_factory=list)
     events: list[PodEvent] = field(default_factory=list)
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[TriggerOutcome] = field(default_factory=list)
     phases: dict[str, Phase] = field(default_factory=dict)
     waiting: list[PodKey] = field(default_factory=list)
     unplannable: list[Unplannable] = field(default_factory=list)

@@ -33,11 +33,11 @@ from typing import Final
 from kgpu.autoscale.demand import (
     ActiveTrigger,
     DemandGroup,
-    PendingPod,
+    NodeUnit,
     PodDemand,
     Target,
     TriggerSpec,
-    Unit,
+    UnplacedPod,
     pack_nodes,
     pack_shares,
     trigger_for,
@@ -101,7 +101,7 @@ class Plan:
 
 
 def plan(
-    pending: Sequence[PendingPod],
+    pending: Sequence[UnplacedPod],
     config: PlannerConfig,
     active: Sequence[ActiveTrigger] = (),
 ) -> Plan:
@@ -113,7 +113,7 @@ def plan(
         if p.wants_gpu:
             resolved[p.key] = _resolve(p, config, memory)
     _fail_whole_gangs(pending, resolved)
-    groups: dict[DemandGroup, list[tuple[PendingPod, PodDemand]]] = {}
+    groups: dict[DemandGroup, list[tuple[UnplacedPod, PodDemand]]] = {}
     for p in pending:
         outcome = resolved.get(p.key)
         if outcome is None:
@@ -128,7 +128,7 @@ def plan(
     for group, members in groups.items():
         members = _adopt(members, [r for r in spare if r.trigger.group == group.id], result)
         units = [
-            Unit(d.gpus, p.pod.cpu_milli, p.pod.memory_mib, (d,))
+            NodeUnit(d.gpus, p.pod.cpu_milli, p.pod.memory_mib, (d,))
             for p, d in members
             if d.milli == MILLI_PER_GPU
         ]
@@ -205,8 +205,8 @@ def _spare(
 
 
 def _adopt(
-    members: list[tuple[PendingPod, PodDemand]], rooms: list[_Room], result: Plan
-) -> list[tuple[PendingPod, PodDemand]]:
+    members: list[tuple[UnplacedPod, PodDemand]], rooms: list[_Room], result: Plan
+) -> list[tuple[UnplacedPod, PodDemand]]:
     """The members left after the largest have taken the rooms of active triggers."""
     if not rooms:
         return members
@@ -221,7 +221,7 @@ def _adopt(
 
 
 def _fail_whole_gangs(
-    pending: Sequence[PendingPod], resolved: dict[PodKey, tuple[DemandGroup, PodDemand] | str]
+    pending: Sequence[UnplacedPod], resolved: dict[PodKey, tuple[DemandGroup, PodDemand] | str]
 ) -> None:
     failed: dict[str, str] = {}
     for p in pending:
@@ -238,7 +238,7 @@ def _fail_whole_gangs(
 
 
 def _resolve(
-    p: PendingPod, config: PlannerConfig, memory: Mapping[str, int]
+    p: UnplacedPod, config: PlannerConfig, memory: Mapping[str, int]
 ) -> tuple[DemandGroup, PodDemand] | str:
     """The pod's group and its demand, or why no node can be planned for it."""
     selector = dict(p.pod.node_selector)
@@ -264,7 +264,7 @@ def _resolve(
     return "no NodePool can launch a node for it (" + "; ".join(dict.fromkeys(why)) + ")"
 
 
-def _models(p: PendingPod) -> tuple[str, ...] | None:
+def _models(p: UnplacedPod) -> tuple[str, ...] | None:
     """The GPU models the pod accepts, in its order of preference (empty: any; None: its
     card names and its node selector or affinity on the GPU product contradict)."""
     models = p.pod.gpu.models
@@ -278,14 +278,14 @@ def _models(p: PendingPod) -> tuple[str, ...] | None:
     return models
 
 
-def _one_term(p: PendingPod) -> NodeTerm:
+def _one_term(p: UnplacedPod) -> NodeTerm:
     """The requirements of the pod's node affinity when it has one term. With several
     (ORed) terms none of them binds the pod, so none narrows the target."""
     return p.affinity[0] if len(p.affinity) == 1 else ()
 
 
 def _pool_target(
-    p: PendingPod, pool: NodePool, model: str, selector: Mapping[str, str]
+    p: UnplacedPod, pool: NodePool, model: str, selector: Mapping[str, str]
 ) -> Target | str:
     """The target in ``pool`` for GPUs of ``model`` ("": any), or why there is none."""
     taint = untolerated(pool.taints, p.pod.tolerations)
@@ -334,7 +334,7 @@ def _size(t: InstanceType) -> tuple[int, int, int, str]:
     return (t.gpu_count, t.cpu_milli, t.memory_mib, t.name)
 
 
-def _short(p: PendingPod, t: InstanceType) -> str:
+def _short(p: UnplacedPod, t: InstanceType) -> str:
     """What ``t`` lacks for the pod, or "" if one node of it holds the pod."""
     pod = p.pod
     if pod.gpu.count > t.gpu_count:
@@ -349,7 +349,7 @@ def _short(p: PendingPod, t: InstanceType) -> str:
 
 
 def _grouped(
-    p: PendingPod, target: Target, selector: Mapping[str, str], config: PlannerConfig
+    p: UnplacedPod, target: Target, selector: Mapping[str, str], config: PlannerConfig
 ) -> tuple[DemandGroup, PodDemand] | str:
     if target.pool:
         kept = tuple(sorted((k, v) for k, v in selector.items() if k not in _TARGET_KEYS))

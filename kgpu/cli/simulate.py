@@ -203,7 +203,7 @@ def simulate_workspaces(
     from kgpu.framework.group_scheduler import DENIAL
     from kgpu.kube.workspaces.placement_check import GroupProfileError
     from kgpu.sim.manifests import ManifestError
-    from kgpu.sim.workspaces import Outcome
+    from kgpu.sim.workspaces import WorkspaceOutcome
     from kgpu.sim.workspaces import simulate_workspaces as run_workspaces
 
     try:
@@ -215,7 +215,7 @@ def simulate_workspaces(
     groups = ", ".join(f"{g} x{n}" for g, n in run.groups) or "none"
     out.print(f"node groups: {groups}", markup=False)
     for r in run.results:
-        if r.outcome == Outcome.DENIED:
+        if r.outcome == WorkspaceOutcome.DENIED:
             out.print(f"{r.workspace}: {r.outcome}", style="yellow", markup=False)
             lines = (DENIAL, *r.reasons) if r.reasons else (r.message,)
         else:
@@ -224,7 +224,7 @@ def simulate_workspaces(
             lines = (r.message,)
         for line in lines:
             out.print(f"    {line}", markup=False)
-    placed = sum(r.outcome != Outcome.DENIED for r in run.results)
+    placed = sum(r.outcome != WorkspaceOutcome.DENIED for r in run.results)
     out.print(
         f"profile={profile} workspaces={len(run.results)} placed={placed} "
         f"denied={len(run.results) - placed}",

@@ -3,7 +3,7 @@ trigger pods, a provisioner model launches nodes, and the report says how long e
 
 The loop is event driven (arrivals, NodeClaim stages, the controller's own wake-ups) and
 runs the same pieces the live scheduler runs: the allocate action places pods, the
-trigger controller (:mod:`kgpu.autoscale.controller`) plans and tracks triggers, and
+trigger controller (:mod:`kgpu.autoscale.trigger_controller`) plans and tracks triggers, and
 :class:`~kgpu.sim.provisioner.Provisioner` plays Karpenter. At each event time:
 
 1. arrivals join the pending pods; the provisioner advances (new nodes join);
@@ -27,10 +27,10 @@ from typing import Any
 import yaml
 
 from kgpu.actions.allocate import allocate
-from kgpu.autoscale.controller import ControllerConfig, TriggerController
-from kgpu.autoscale.demand import PendingPod
+from kgpu.autoscale.demand import UnplacedPod
 from kgpu.autoscale.observed import Observed, ObservedNode, ObservedTrigger
 from kgpu.autoscale.planner import PlannerConfig
+from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.scaling.karpenter_objects import NodePoolError, nodepools_from_documents
@@ -48,7 +48,7 @@ from kgpu.state.fragmentation import typical_pods
 @dataclass(frozen=True, slots=True)
 class Arrival:
     at: float
-    pod: PendingPod
+    pod: UnplacedPod
 
 
 @dataclass(slots=True)
@@ -193,7 +193,7 @@ def simulate_autoscale(
     queue = sorted(arrivals, key=lambda a: a.at)
     run = AutoscaleRun()
     waits: dict[PodKey, PodWait] = {}
-    pending: dict[PodKey, PendingPod] = {}
+    pending: dict[PodKey, UnplacedPod] = {}
     triggers: dict[str, SimTrigger] = {}
     now = queue[0].at if queue else 0.0
 
@@ -275,7 +275,7 @@ def _observed(name: str, t: SimTrigger) -> ObservedTrigger:
     )
 
 
-def _gpus(p: PendingPod) -> str:
+def _gpus(p: UnplacedPod) -> str:
     if p.gpu_memory_mib:
         return f"{p.gpu_memory_mib}MiB"
     gpu = p.pod.gpu
@@ -344,7 +344,7 @@ def full_cluster_scenario(
     arrivals = [
         Arrival(
             0.0,
-            PendingPod(PodSpec(PodKey(f"default/{name}"), cpu, mem, gpu, tolerations=tolerations)),
+            UnplacedPod(PodSpec(PodKey(f"default/{name}"), cpu, mem, gpu, tolerations=tolerations)),
         )
         for name, cpu, mem, gpu in halves + quads
     ]

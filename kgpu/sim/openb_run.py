@@ -12,9 +12,9 @@ import numpy as np
 from kgpu.config import load_profile
 from kgpu.model.node import NodeInfo
 from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.sim.arrivals import tune_workload
 from kgpu.sim.openb import TracePod, read_nodes, read_pods
 from kgpu.sim.replay import ReplayResult, replay
-from kgpu.sim.workload import tune_workload
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import FragmentModel, TypicalPod, typical_pods
 

@@ -36,7 +36,7 @@ from kgpu.model.node import NodeName
 from kgpu.sim.manifests import Document, ManifestError, read_documents
 
 
-class Outcome(StrEnum):
+class WorkspaceOutcome(StrEnum):
     PLACED = "Placed"  # on existing nodes of one group
     PROVISION = "Provision"  # NAP: nodes of the instance type still to be provisioned
     DENIED = "Denied"
@@ -46,7 +46,7 @@ class Outcome(StrEnum):
 class WorkspaceResult:
     workspace: str  # namespace/name
     source: str
-    outcome: Outcome
+    outcome: WorkspaceOutcome
     group: str = ""  # the node group, as {product, GPUs, MiB per GPU}
     nodes: tuple[str, ...] = ()  # existing nodes its replicas take
     nodes_per_replica: int = 0
@@ -160,13 +160,13 @@ def simulate_workspaces(
         try:
             workspace = workspace_from_k8s(doc.obj)
         except ConversionError as exc:
-            run.results.append(WorkspaceResult(key, doc.source, Outcome.DENIED, message=str(exc)))
+            run.results.append(WorkspaceResult(key, doc.source, WorkspaceOutcome.DENIED, message=str(exc)))
             continue
         placement = place_workspace(scheduler, workspace, group_nodes(nodes.values()))
         if isinstance(placement, NoGroup):
             lines = (*(str(r) for r in placement.reports), *placement.notes)
             denied = WorkspaceResult(
-                key, doc.source, Outcome.DENIED, message=placement.message, reasons=lines
+                key, doc.source, WorkspaceOutcome.DENIED, message=placement.message, reasons=lines
             )
             run.results.append(denied)
             continue
@@ -185,7 +185,7 @@ def _take(
     return WorkspaceResult(
         key,
         source,
-        Outcome.PROVISION if placement.provision else Outcome.PLACED,
+        WorkspaceOutcome.PROVISION if placement.provision else WorkspaceOutcome.PLACED,
         str(placement.key),
         tuple(taken),
         placement.nodes_per_replica,

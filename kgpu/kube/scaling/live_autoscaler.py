@@ -2,7 +2,7 @@
 
 Every ``interval_s`` (or sooner when the controller asks to wake) :class:`Autoscaler`
 reads the caches (Pods, Karpenter NodeClaims, Nodes), hands the controller
-(:mod:`kgpu.autoscale.controller`) what it sees, and carries out what it answers:
+(:mod:`kgpu.autoscale.trigger_controller`) what it sees, and carries out what it answers:
 
 - creates trigger pods (:mod:`kgpu.kube.scaling.trigger_pods`); one that already exists (409) was
   created by an earlier attempt and is left as it is: names are derived from the demand,
@@ -33,9 +33,9 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kgpu.autoscale.controller import ControllerConfig, TriggerController
-from kgpu.autoscale.demand import PendingPod
+from kgpu.autoscale.demand import UnplacedPod
 from kgpu.autoscale.observed import Actions, Observed
+from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.resources import PODS, Resource
 from kgpu.kube.objects.node_pod import ConversionError
@@ -178,7 +178,7 @@ class Autoscaler:
 
     def _pending(
         self, pods: Sequence[Mapping[str, Any]], now: float, assumed: Collection[str]
-    ) -> list[PendingPod]:
+    ) -> list[UnplacedPod]:
         out = []
         waiting: set[PodKey] = set()
         for obj in pods:

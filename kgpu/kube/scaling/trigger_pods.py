@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kgpu.autoscale.demand import DemandGroup, PendingPod, TriggerSpec
+from kgpu.autoscale.demand import DemandGroup, TriggerSpec, UnplacedPod
 from kgpu.autoscale.observed import ObservedTrigger
 from kgpu.kube.api.resources import parse_time
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s
@@ -284,7 +284,7 @@ def _read_request(
         return pods, gpus, None, None
 
 
-def pending_from_k8s(obj: Mapping[str, Any]) -> PendingPod:
+def pending_from_k8s(obj: Mapping[str, Any]) -> UnplacedPod:
     """A pod kgpu could not place, with what the planner reads beyond its PodSpec: its GPU
     memory request, its gang and its required node affinity.
 
@@ -306,7 +306,7 @@ def pending_from_k8s(obj: Mapping[str, Any]) -> PendingPod:
     pod = pod_from_k8s({**obj, "metadata": {**meta, "annotations": annotations}})
     namespace = pod.key.split("/", 1)[0]
     gang = next((annotations[k] for k in GANG_ANNOTATIONS if annotations.get(k)), "")
-    return PendingPod(
+    return UnplacedPod(
         pod,
         gpu_memory_mib=memory if not pod.gpu.count else 0,
         gang=f"{namespace}/{gang}" if gang else "",

@@ -282,8 +282,8 @@ def run_scheduler(
     import signal
     import threading
 
-    from kgpu.autoscale.controller import ControllerConfig
     from kgpu.autoscale.planner import PlannerConfig
+    from kgpu.autoscale.trigger_controller import ControllerConfig
     from kgpu.config import load_profile
     from kgpu.kube.api.errors import KubeError
     from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions

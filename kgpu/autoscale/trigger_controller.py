@@ -36,9 +36,9 @@ from kgpu.autoscale.observed import (
     Observed,
     ObservedNodeClaim,
     ObservedTrigger,
-    Outcome,
     Phase,
     PodEvent,
+    TriggerOutcome,
 )
 from kgpu.autoscale.planner import PlannerConfig, plan
 from kgpu.model.pod import PodKey
@@ -175,7 +175,7 @@ class TriggerController:
         self._ended.add(t.name)
         acts.delete.append(t.name)
         acts.outcomes.append(
-            Outcome(t.name, t.group, t.pool, t.pods, now - t.created_at, node, reason)
+            TriggerOutcome(t.name, t.group, t.pool, t.pods, now - t.created_at, node, reason)
         )
         if node:
             self.successes += 1
