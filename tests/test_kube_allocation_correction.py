@@ -10,6 +10,8 @@ import time
 import urllib.request
 from typing import Any
 
+import pytest
+
 from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
 from tests.kube_objects import allocation_of, node_obj, pod_obj, wait_until
@@ -45,6 +47,12 @@ def metrics(scheduler: RunningScheduler) -> str:
         return str(answer.read().decode())
 
 
+@pytest.fixture
+def crds(double: KubeDouble) -> None:  # noqa: F811
+    """The double serves kgpu's custom resources (the Device among them)."""
+    double.install_crds()
+
+
 def pod(api: KubeDouble, name: str) -> dict[str, Any]:
     return api.get("pods", name, "default") or {}
 
@@ -56,8 +64,8 @@ def pod_patches(api: KubeDouble) -> list[str]:
 def test_the_kubelet_s_gpus_correct_the_annotation_once(
     double: KubeDouble,  # noqa: F811
     start: Start,  # noqa: F811
+    crds: None,
 ) -> None:
-    double.install_crds()
     double.put(node_obj("n1", gpus=2))
     double.put(device("n1", 2))
     double.put(pod_obj("a", gpus=1))
@@ -102,8 +110,8 @@ def _bound(name: str, minor: int, milli: int, created: str, **kw: Any) -> dict[s
 def test_a_claim_on_a_gpu_another_pod_holds_is_reported_not_applied(
     double: KubeDouble,  # noqa: F811
     start: Start,  # noqa: F811
+    crds: None,
 ) -> None:
-    double.install_crds()
     double.put(node_obj("n1", gpus=2))
     double.put(_bound("share", 1, 500, "2025-01-01T00:00:00Z", fraction="0.5"))
     double.put(_bound("whole", 0, 1000, "2025-01-01T00:00:01Z", gpus=1))
@@ -132,8 +140,8 @@ def test_a_claim_on_a_gpu_another_pod_holds_is_reported_not_applied(
 def test_hostile_checkpoints_are_refused_alone_and_scheduling_goes_on(
     double: KubeDouble,  # noqa: F811
     start: Start,  # noqa: F811
+    crds: None,
 ) -> None:
-    double.install_crds()
     double.put(node_obj("n1", gpus=4))
     double.put(node_obj("n2", gpus=1))
     double.put(pod_obj("theirs", gpus=1, scheduler="default-scheduler", node="n1"))
