@@ -164,12 +164,6 @@ DEVICE_ERRORS: list[tuple[str, Obj, str]] = [
         device_cr(gpu(0, topology={"nvlinkPeers": ["GPU-1"]})),
         'Device n: spec.devices[0].topology.nvlinkPeers is ["GPU-1"], expected a list of GPU minors',
     ),
-    (
-        "checkpoint not a list",
-        device_cr(gpu(0), **{"kgpu.io/devices-checkpoints": "{}"}),
-        'Device n: annotation kgpu.io/devices-checkpoints is "{}", expected a JSON list such as '
-        '[{"podUID": "…", "resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-…"]}]',
-    ),
 ]
 
 
@@ -180,3 +174,76 @@ def test_device_errors(obj: Obj, message: str) -> None:
     with pytest.raises(ConversionError) as info:
         devices_from_k8s(obj)
     assert str(info.value) == message
+
+
+CHECKPOINTS = "kgpu.io/devices-checkpoints"
+NOT_A_LIST = (
+    'Device n: annotation kgpu.io/devices-checkpoints is "{}", expected a JSON list such as '
+    '[{"podUID": "…", "resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-…"]}]'
+)
+
+
+def with_checkpoints(entries: object) -> Obj:
+    text = entries if isinstance(entries, str) else json.dumps(entries)
+    return device_cr(gpu(0), gpu(1), gpu(2), **{CHECKPOINTS: text})
+
+
+def test_a_checkpoint_annotation_that_is_not_a_list_is_refused_and_the_node_kept() -> None:
+    devices = devices_from_k8s(with_checkpoints("{}"))
+    assert (len(devices.gpus), devices.checkpoints, devices.refused) == (3, (), (NOT_A_LIST,))
+    huge = devices_from_k8s(with_checkpoints("x" * 300_000))
+    assert huge.checkpoints == () and len(huge.refused[0]) < 400
+    assert huge.refused[0].startswith('Device n: annotation kgpu.io/devices-checkpoints is "xxx')
+    many = [{"podUID": f"u{i}", "deviceIDs": []} for i in range(5000)]
+    assert devices_from_k8s(with_checkpoints(many)).refused == (
+        'Device n: annotation kgpu.io/devices-checkpoints is "a list of 5000 entries", '
+        "expected at most 4096 entries",
+    )
+
+
+def entry(uid: str, *ids: object, **more: object) -> dict[str, object]:
+    return {"podUID": uid, "resourceName": "nvidia.com/gpu", "deviceIDs": list(ids), **more}
+
+
+HOSTILE: list[tuple[str, object, str]] = [
+    ("not an object", "GPU-1", 'Device n: annotation kgpu.io/devices-checkpoints[1] is "GPU-1"'),
+    (
+        "no pod",
+        {"resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-1"]},
+        "expected a podUID, or a podNamespace and a podName",
+    ),
+    (
+        "an id no GPU has",
+        entry("u2", "GPU-9"),
+        '[1].deviceIDs[0] is "GPU-9", expected the uuid of a GPU in spec.devices',
+    ),
+    ("an id twice", entry("u2", "GPU-1", "GPU-1"), '[1].deviceIDs[1] is "GPU-1", expected each'),
+    ("not a string", entry("u2", 1), "[1].deviceIDs[0] is 1, expected a device id of 1 to 253"),
+    (
+        "too many ids",
+        entry("u2", *[f"GPU-{i}" for i in range(300)]),
+        '[1].deviceIDs is "a list of 300 ids", expected at most 256 ids',
+    ),
+    ("a long name", entry("u2", podName="p" * 300), "[1].podName is"),
+    ("the same pod twice", entry("u1", "GPU-1"), "expected one entry per pod and resource"),
+    (
+        "a GPU another entry names",
+        entry("u2", "GPU-0"),
+        'checkpoint entry of pod UID u1 names GPU "GPU-0", expected a GPU no other entry names',
+    ),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE])
+def test_a_bad_checkpoint_entry_is_refused_alone(bad: object, message: str) -> None:
+    """Entry [0] holds GPU 0; [1] is bad; [2], by namespace and name, holds GPU 2."""
+    good = entry("u1", "GPU-0")
+    by_name = {"podNamespace": "ns", "podName": "p", "deviceIDs": ["GPU-2"]}
+    devices = devices_from_k8s(with_checkpoints([good, bad, by_name]))
+    shares_gpu_0 = bad == entry("u2", "GPU-0")  # then neither entry naming it is used
+    assert len(devices.refused) == 1 + shares_gpu_0, devices.refused
+    assert message in devices.refused[0]
+    kept = {Checkpoint("", "nvidia.com/gpu", ("GPU-2",), "ns", "p")}
+    if not shares_gpu_0:
+        kept.add(Checkpoint("u1", "nvidia.com/gpu", ("GPU-0",)))
+    assert set(devices.checkpoints) == kept

@@ -135,3 +135,67 @@ def test_a_pod_that_does_not_fit_holds_what_is_left_of_gpu_memory_and_compute() 
     # Nothing is handed out on the held node, however small.
     assert state.fits(make_pod("x").build(), 0) != ""
     assert state.fits(make_pod("y").cpu(0).memory(0).request(gpu_share(1)).build(), 0, [0])
+
+
+def _ours(name: str, minor: int, **kw: Any) -> dict[str, Any]:
+    """A pod kgpu bound to node a, its annotation naming GPU ``minor``."""
+    note = {"minor": minor, "resources": {"kgpu.io/gpu-milli": 1000}}
+    pod = _bound(name, "a", **kw)
+    pod["metadata"]["annotations"]["kgpu.io/device-allocation"] = json.dumps({"gpu": [note]})
+    return pod
+
+
+def _by_name(name: str, *ids: str) -> dict[str, Any]:
+    return {"podNamespace": "default", "podName": name, "resourceName": "nvidia.com/gpu",
+            "deviceIDs": list(ids)}  # fmt: skip
+
+
+def test_the_kubelet_s_gpus_win_over_the_annotation_where_they_have_room() -> None:
+    pod = _ours("mine", 0, gpus=1)
+    snap = SnapshotBuilder(SCHEDULER).build(
+        [node_obj("a", gpus=4)], [pod], {}, devices={"a": _device("a", [_by_name("mine", "GPU-2")])}
+    )
+    assert snap.state.node_gpus_free(0) == [1000, 1000, 0, 1000]
+    [diff] = snap.differences
+    assert (diff.node, diff.recorded, diff.kubelet, diff.conflict) == ("a", (0,), (2,), "")
+    assert snap.problems == [] and snap.from_annotations == 1
+
+
+def test_a_claim_on_gpus_another_pod_holds_is_a_conflict_and_nothing_counts_twice() -> None:
+    share = _ours("share", 1, fraction="0.5")
+    share["metadata"]["annotations"]["kgpu.io/device-allocation"] = (
+        '{"gpu":[{"minor":1,"resources":{"kgpu.io/gpu-milli":500}}]}'
+    )
+    share["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"
+    whole = _ours("whole", 0, gpus=1)
+    whole["metadata"]["creationTimestamp"] = "2025-01-01T00:00:01Z"
+    claims = [_by_name("whole", "GPU-1"), _by_name("gone", "GPU-3")]
+    snap = SnapshotBuilder(SCHEDULER).build(
+        [node_obj("a", gpus=4)], [share, whole], {}, devices={"a": _device("a", claims)}
+    )
+    # The books keep the annotation: whole on 0, the share on 1, GPU 1 not given twice.
+    assert snap.state.node_gpus_free(0) == [0, 500, 1000, 1000]
+    [diff] = snap.differences
+    assert (diff.recorded, diff.kubelet) == ((0,), (1,))
+    assert "GPUs [1] of a have no room for it in kgpu's books" in diff.conflict
+    [stray] = snap.problems
+    assert (stray.reason, stray.message) == (
+        "UnknownCheckpointPod",
+        "Device a: checkpoint entries for pods not on node a are not used: "
+        "pod default/gone, which does not exist (GPU-3)",
+    )
+
+
+def test_refused_checkpoint_entries_are_a_warning_on_the_device() -> None:
+    bad = [_by_name("x", "GPU-7"), _by_name("theirs", "GPU-1")]
+    theirs = _bound("theirs", "a", gpus=1, scheduler="default-scheduler")
+    snap = SnapshotBuilder(SCHEDULER).build(
+        [node_obj("a", gpus=4)], [theirs], {}, devices={"a": _device("a", bad)}
+    )
+    assert snap.state.node_gpus_free(0) == [1000, 0, 1000, 1000]  # the good entry is used
+    [problem] = snap.problems
+    assert problem.reason == "InvalidDeviceCheckpoint"
+    assert problem.message == (
+        'Device a: annotation kgpu.io/devices-checkpoints[0].deviceIDs[0] is "GPU-7", '
+        "expected the uuid of a GPU in spec.devices; those entries are not used"
+    )

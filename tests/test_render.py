@@ -146,8 +146,9 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
     }
     crs = ("queues", "podgroups", "devices", "workspaces")
     assert rules == {
-        # create and delete: --autoscale's trigger pods
-        (("",), ("pods",)): ("get", "list", "watch", "create", "delete"),
+        # create and delete: --autoscale's trigger pods; patch: device annotations the
+        # kubelet's choice of GPUs corrects
+        (("",), ("pods",)): ("get", "list", "watch", "create", "delete", "patch"),
         (("",), ("pods/binding",)): ("create",),
         (("",), ("nodes",)): ("get", "list", "watch"),
         (("",), ("events",)): ("create", "patch"),

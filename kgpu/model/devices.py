@@ -31,12 +31,15 @@ class Device:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """Devices the kubelet gave a pod that kgpu did not place (Koordinator's
-    ``node.koordinator.sh/devices-checkpoints``): which GPUs a foreign pod holds."""
+    """Devices the kubelet gave a pod (Koordinator's ``node.koordinator.sh/devices-checkpoints``):
+    which GPUs a pod holds, whoever placed it. The pod is named by UID, else (the kubelet's
+    pod-resources API knows no UID) by namespace and name."""
 
     pod_uid: str
     resource: str
     device_ids: tuple[str, ...]
+    pod_namespace: str = ""
+    pod_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,8 @@ class NodeDevices:
     fpga: tuple[Device, ...] = ()
     links: GpuLinks | None = None  # indexed like ``gpus``
     checkpoints: tuple[Checkpoint, ...] = ()
+    # Checkpoint entries not taken, each with why (malformed, or naming GPUs not listed).
+    refused: tuple[str, ...] = ()
 
     def gpu_slots_of(self, device_ids: tuple[str, ...]) -> tuple[int, ...] | None:
         """The slots of GPUs named by UUID (or by minor as a decimal string); None if any

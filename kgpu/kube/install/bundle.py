@@ -129,7 +129,7 @@ def _namespace(opts: InstallOptions) -> Obj:
 
 def _scheduler_rules() -> list[Obj]:
     """Only what ``kgpu run`` does: read pods, bind them (the Binding carries the device
-    annotations), delete preempted and reclaimed ones, read nodes, record
+    annotations), correct those annotations to the GPUs the kubelet gave, delete preempted and reclaimed ones, read nodes, record
     events, read kgpu's custom resources and write the status of those it reports on; run
     the Workspace controller (:mod:`kgpu.kube.workspaces.controller`); with ``--autoscale``,
     create and delete trigger pods, install their PriorityClass and read Karpenter's
@@ -137,8 +137,9 @@ def _scheduler_rules() -> list[Obj]:
     crs = ["queues", "podgroups", "devices", "workspaces"]
     return [
         # delete: the victims of preemption and reclaim, and --autoscale's trigger pods;
-        # create: those trigger pods (cluster-wide: their namespace is an option of `kgpu run`)
-        rbac_rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
+        # create: those trigger pods (cluster-wide: their namespace is an option of `kgpu run`);
+        # patch: the device annotations of a pod the kubelet gave other GPUs
+        rbac_rule([""], ["pods"], ["get", "list", "watch", "create", "delete", "patch"]),
         rbac_rule([""], ["pods/binding"], ["create"]),
         rbac_rule([""], ["nodes"], ["get", "list", "watch"]),
         # core/v1 Events: what `kubectl describe` shows on every version; patch counts repeats

@@ -6,7 +6,9 @@ A session (on the loop's thread):
    (:mod:`kgpu.kube.snapshot.cache_snapshot`): every bound pod, ours from their
    annotations, plus the pods this scheduler placed whose binding the cache has not shown
    yet (``assumed``); each object is parsed once per resourceVersion
-   (:mod:`kgpu.kube.snapshot.conversion_cache`);
+   (:mod:`kgpu.kube.snapshot.conversion_cache`); a pod of ours the kubelet gave other GPUs
+   than its annotation names gets its annotation corrected, or the conflict reported
+   (:mod:`kgpu.kube.live.allocation_correction`);
 2. take up to ``batch_size`` of our pending pods that are not backing off, highest priority
    first, then oldest;
 3. run a session over them, in their jobs and queues
@@ -50,6 +52,7 @@ from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.resources import meta, object_key, resource_version, uid
+from kgpu.kube.live.allocation_correction import AllocationCorrector
 from kgpu.kube.live.carry_out import Decided, ResultCarrier
 from kgpu.kube.live.evictions import Evictor
 from kgpu.kube.live.handover import HandOver
@@ -153,6 +156,9 @@ class SchedulerLoop:
         self._pool = ThreadPoolExecutor(self.config.bind_workers, thread_name_prefix="binder")
         self._status = StatusWriter(client, self._pool.submit)
         self._evictor = Evictor(client, recorder, self._pool.submit, is_leader)
+        self._corrector = AllocationCorrector(
+            client, recorder, metrics, self._pool.submit, is_leader
+        )
         c = self.config
         times = WaitTimes(c.backoff_initial, c.backoff_max, c.unschedulable_retry, c.event_repeat)
         self._book = WaitingBook(times, self._lock, recorder, metrics)
@@ -317,6 +323,7 @@ class SchedulerLoop:
         stats.snapshot_s = time.perf_counter() - started
         self._warn(snap.problems)
         self._warn(objects.problems, by_message=True)
+        self._corrector.act(snap)
         ready = self._book.ready(snap, generation, now)
         stats.pending = len(snap.pending) + len(snap.unreadable)
         stats.unreadable = len(snap.unreadable)

@@ -12,6 +12,10 @@ and resource (``cpu`` in cores, ``memory`` in bytes, ``gpu`` in GPUs), and
 and card, in cards (Volcano's capacity-card figures). A queue or card that is gone loses its
 series.
 
+``kgpu_device_allocation_corrections_total`` and ``kgpu_device_allocation_conflicts_total``
+per node count the pods whose GPUs the kubelet chose otherwise than kgpu's annotation said
+(:mod:`kgpu.kube.live.allocation_correction`), corrected or reported.
+
 Each scheduler gets its own registry, so several can live in one process (the tests run
 two to check leader election).
 """
@@ -67,6 +71,20 @@ class SchedulerMetrics:
             "kgpu_pending_pods",
             "Pods of this scheduler waiting, by the reason code of their last attempt",
             ["reason"],
+            registry=r,
+        )
+        self.corrections = Counter(
+            "kgpu_device_allocation_corrections",
+            "Pods whose device-allocation annotation was corrected to the GPUs the kubelet "
+            "gave them (the node's Device checkpoint), by node",
+            ["node"],
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "kgpu_device_allocation_conflicts",
+            "Pods the kubelet gave GPUs that kgpu's books hold for others, or fewer or more "
+            "than they ask: reported, and kgpu's books keep the annotation, by node",
+            ["node"],
             registry=r,
         )
         self.leader = Gauge(

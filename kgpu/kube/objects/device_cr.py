@@ -10,9 +10,12 @@ A Device lists the node's devices as its agent sees them::
       - {type: rdma, minor: 0, uuid: mlx5_0, topology: {nodeID: 0, pcieID: "0000:10"}}
 
 Its annotation ``kgpu.io/devices-checkpoints`` (or Koordinator's
-``node.koordinator.sh/devices-checkpoints``) says which GPUs the kubelet gave pods that
-another scheduler placed: ``[{"podUID": "…", "resourceName": "nvidia.com/gpu",
-"deviceIDs": ["GPU-…"]}]``.
+``node.koordinator.sh/devices-checkpoints``) says which devices the kubelet gave each pod,
+whoever placed it: ``[{"podUID": "…", "podNamespace": "…", "podName": "…",
+"resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-…"]}]`` (the UID, or the namespace
+and name, may be missing; ``nvidia.com/gpu`` ids are the ``uuid`` of GPUs listed in
+``spec.devices``). The node's agent writes it, so it is read as untrusted: bounded, and an
+entry that cannot be used is refused alone, with why (``NodeDevices.refused``).
 
 The GPU link matrix, where ``nvidia-smi topo -m`` is known, is the annotation
 ``kgpu.io/gpu-topology`` on the Node (or the Device): rows of link kinds, one per GPU in
@@ -23,12 +26,13 @@ give a coarser one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kgpu.kube.objects.fields import MISSING, Fields
+from kgpu.kube.objects.fields import MISSING, ConversionError, Fields, show
 from kgpu.model.devices import Checkpoint, Device, NodeDevices
 from kgpu.model.topology import LINK_KINDS, GpuLinks, link_rank, links_from_peers
 from kgpu.model.units import MIB
@@ -46,6 +50,14 @@ _MATRIX: Final = (
     f"the kinds being {LINK_KINDS}"
 )
 _CHECKPOINTS: Final = 'a JSON list such as [{"podUID": "…", "resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-…"]}]'
+WHOLE_GPU_RESOURCE: Final = "nvidia.com/gpu"
+# Bounds on what a node's agent can make the scheduler read: the API server's own limit on
+# an object's annotations, entries for more pods than any node runs, more devices than a
+# pod could be given, names longer than Kubernetes names.
+MAX_CHECKPOINT_TEXT: Final = 256 * 1024
+MAX_CHECKPOINT_ENTRIES: Final = 4096
+MAX_DEVICE_IDS: Final = 256
+MAX_NAME: Final = 253
 
 
 def links_annotation(fields: Fields, text: str, field: str = "") -> GpuLinks:
@@ -128,6 +140,7 @@ def devices_from_k8s(obj: Mapping[str, Any]) -> NodeDevices:
         )
         found[kind].append((device, peers))
     gpus = sorted(found["gpu"], key=lambda d: d[0].minor)
+    checkpoints, refused = _checkpoints(fields, annotations, tuple(d for d, _ in gpus))
     text = annotations.get(TOPOLOGY_ANNOTATION)
     links = None
     if text is not None:
@@ -145,32 +158,120 @@ def devices_from_k8s(obj: Mapping[str, Any]) -> NodeDevices:
         rdma=tuple(sorted((d for d, _ in found["rdma"]), key=lambda d: d.minor)),
         fpga=tuple(sorted((d for d, _ in found["fpga"]), key=lambda d: d.minor)),
         links=links,
-        checkpoints=_checkpoints(fields, annotations),
+        checkpoints=checkpoints,
+        refused=refused,
     )
 
 
-def _checkpoints(fields: Fields, annotations: Mapping[str, str]) -> tuple[Checkpoint, ...]:
-    out: list[Checkpoint] = []
+def _checkpoints(
+    fields: Fields, annotations: Mapping[str, str], gpus: tuple[Device, ...]
+) -> tuple[tuple[Checkpoint, ...], tuple[str, ...]]:
+    """The checkpoint entries to use, and why the others are refused.
+
+    The annotation is written by a node's agent, so it is read as untrusted: bounded in
+    size, and each entry that is malformed, names a pod twice, names a GPU this Device does
+    not list, or a GPU another entry names too, is refused alone (the node and the other
+    entries are still used). An annotation too large or not a JSON list is refused whole.
+    """
+    known = NodeDevices(gpus=gpus)
+    taken: list[Checkpoint] = []
+    refused: list[str] = []
     for key in CHECKPOINT_ANNOTATIONS:
         text = annotations.get(key)
         if text is None:
             continue
         field = f"annotation {key}"
-        try:
-            data = json.loads(text)
-        except ValueError:
-            raise fields.fail(field, text, _CHECKPOINTS) from None
+        data: object = None
+        if len(text) <= MAX_CHECKPOINT_TEXT:
+            with contextlib.suppress(ValueError):
+                data = json.loads(text)
         if not isinstance(data, list):
-            raise fields.fail(field, text, _CHECKPOINTS)
+            shown = text if len(text) <= 200 else f"{text[:200]}… ({len(text)} characters)"
+            refused.append(str(fields.fail(field, shown, _CHECKPOINTS)))
+            continue
+        if len(data) > MAX_CHECKPOINT_ENTRIES:
+            refused.append(
+                str(
+                    fields.fail(
+                        field,
+                        f"a list of {len(data)} entries",
+                        f"at most {MAX_CHECKPOINT_ENTRIES} entries",
+                    )
+                )
+            )
+            continue
+        seen: set[tuple[str, str, str]] = set()
         for i, entry in enumerate(data):
-            ids = entry.get("deviceIDs") if isinstance(entry, dict) else None
-            uid = entry.get("podUID") if isinstance(entry, dict) else None
-            if (
-                not isinstance(uid, str)
-                or not isinstance(ids, list)
-                or not all(isinstance(d, str) for d in ids)
-            ):
-                raise fields.fail(f"{field}[{i}]", entry, _CHECKPOINTS)
-            resource = entry.get("resourceName", "nvidia.com/gpu")
-            out.append(Checkpoint(uid, str(resource), tuple(ids)))
-    return tuple(out)
+            where = f"{field}[{i}]"
+            try:
+                found = _checkpoint(fields, where, entry, known)
+            except ConversionError as exc:
+                refused.append(str(exc))
+                continue
+            pod = (found.pod_uid or f"{found.pod_namespace}/{found.pod_name}", found.resource, key)
+            if pod in seen:
+                refused.append(str(fields.fail(where, entry, "one entry per pod and resource")))
+                continue
+            seen.add(pod)
+            taken.append(found)
+    # A GPU two entries name is given to neither: which one the kubelet gave it is unknown.
+    named: dict[str, set[str]] = {}
+    for found in taken:
+        if found.resource == WHOLE_GPU_RESOURCE:
+            for ident in found.device_ids:
+                named.setdefault(ident, set()).add(_pod_of(found))
+    out = []
+    for found in taken:
+        twice = [d for d in found.device_ids if len(named.get(d, ())) > 1]
+        if found.resource == WHOLE_GPU_RESOURCE and twice:
+            refused.append(
+                f"{fields.ref}: checkpoint entry of pod {_pod_of(found)} names GPU "
+                f"{show(twice[0])}, expected a GPU no other entry names"
+            )
+        else:
+            out.append(found)
+    return tuple(out), tuple(refused)
+
+
+def _checkpoint(fields: Fields, where: str, entry: object, known: NodeDevices) -> Checkpoint:
+    """One checkpoint entry; ConversionError names what is wrong with it."""
+    if not isinstance(entry, Mapping):
+        raise fields.fail(where, entry, _CHECKPOINTS)
+    uid = _short(fields, entry, "podUID", where)
+    namespace = _short(fields, entry, "podNamespace", where)
+    name = _short(fields, entry, "podName", where)
+    if not uid and not (namespace and name):
+        raise fields.fail(where, entry, "a podUID, or a podNamespace and a podName")
+    resource = _short(fields, entry, "resourceName", where) or WHOLE_GPU_RESOURCE
+    ids = entry.get("deviceIDs", MISSING)
+    if not isinstance(ids, list):
+        raise fields.fail(f"{where}.deviceIDs", ids, "a list of device ids")
+    if len(ids) > MAX_DEVICE_IDS:
+        raise fields.fail(
+            f"{where}.deviceIDs", f"a list of {len(ids)} ids", f"at most {MAX_DEVICE_IDS} ids"
+        )
+    for j, ident in enumerate(ids):
+        at = f"{where}.deviceIDs[{j}]"
+        if not isinstance(ident, str) or not 0 < len(ident) <= MAX_NAME:
+            raise fields.fail(at, ident, f"a device id of 1 to {MAX_NAME} characters")
+        if ident in ids[:j]:
+            raise fields.fail(at, ident, "each device id once")
+        if resource == WHOLE_GPU_RESOURCE and known.gpu_slots_of((ident,)) is None:
+            raise fields.fail(at, ident, "the uuid of a GPU in spec.devices")
+    return Checkpoint(uid, resource, tuple(ids), namespace, name)
+
+
+def _short(fields: Fields, entry: Mapping[str, Any], key: str, where: str) -> str:
+    """A name of the entry: a string of at most MAX_NAME characters, "" when absent."""
+    value = entry.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_NAME:
+        raise fields.fail(f"{where}.{key}", value, f"a string of at most {MAX_NAME} characters")
+    return value
+
+
+def _pod_of(entry: Checkpoint) -> str:
+    if entry.pod_namespace and entry.pod_name:
+        return f"{entry.pod_namespace}/{entry.pod_name}"
+    return f"UID {entry.pod_uid}"

@@ -8,9 +8,12 @@
   A record that asks less than the pod's request now holds the request (reading more than
   was held is the safe error).
 - A pod someone else placed has no record. Whole GPUs it asks for are the ones the
-  kubelet's checkpoint names (the Device resource's checkpoint annotation, by pod UID)
-  when that is known, else the lowest free minors; a share goes to the lowest GPU with
-  room; MIG instances, RDMA and FPGA devices are counted.
+  kubelet's checkpoint names (the Device resource's checkpoint annotation, matched to the
+  pod by :mod:`kgpu.kube.snapshot.kubelet_claims`) when that is known, else the lowest
+  free minors; a share goes to the lowest GPU with room; MIG instances, RDMA and FPGA
+  devices are counted.
+- A pod kgpu placed whose checkpoint entry names other GPUs than its record holds the
+  kubelet's, where they have room (:mod:`kgpu.kube.snapshot.kubelet_claims`).
 
 Nothing here raises for bad input: a function that cannot account a pod says why (or
 returns None), and the caller holds the node instead (``kgpu.state.holding``).
@@ -26,8 +29,6 @@ from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.plugins.node.gpu_fit import gpu_fits
 from kgpu.state.cluster import AllocationError, ClusterState
-
-WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def account_recorded(state: ClusterState, spec: PodSpec, node: int, found: DeviceAllocation) -> str:
@@ -68,13 +69,16 @@ def _slots(minors: tuple[int, ...], pool: list[int], count: int) -> list[int] | 
     return slots if len(slots) == len(minors) == count else None
 
 
-def account_unrecorded(state: ClusterState, spec: PodSpec, node: int, uid: str = "") -> str | None:
-    """Account a bound pod that carries no record; where it went, or None if it cannot."""
+def account_unrecorded(
+    state: ClusterState, spec: PodSpec, node: int, claimed: tuple[int, ...] | None = None
+) -> str | None:
+    """Account a bound pod that carries no record; where it went, or None if it cannot.
+    ``claimed`` are the GPU slots the kubelet's checkpoint says it holds, if it says."""
     req = spec.gpu
     name = state.nodes[node].name
     slots: tuple[int, ...] | None = ()
     if req.gpu_slots:
-        slots = _checkpointed(state, spec, node, uid) if uid else None
+        slots = _checkpointed(state, spec, node, claimed)
         if slots is None:
             slots = lowest_free(state, spec, node)
     if slots is None:
@@ -94,18 +98,12 @@ def lowest_free(state: ClusterState, spec: PodSpec, node: int) -> tuple[int, ...
 
 
 def _checkpointed(
-    state: ClusterState, spec: PodSpec, node: int, uid: str
+    state: ClusterState, spec: PodSpec, node: int, claimed: tuple[int, ...] | None
 ) -> tuple[int, ...] | None:
     """The GPUs the kubelet's checkpoint says this pod holds, if they are all free."""
     req = spec.gpu
-    if req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
+    if claimed is None or req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
         return None
-    devices = state.devices[node]
-    ids: list[str] = []
-    for entry in devices.checkpoints:
-        if entry.pod_uid == uid and entry.resource == WHOLE_GPU_RESOURCE:
-            ids.extend(entry.device_ids)
-    slots = devices.gpu_slots_of(tuple(ids)) if ids else None
-    if slots is None or len(slots) != req.count:
+    if len(claimed) != req.count:
         return None
-    return slots if not state.fits(spec, node, slots) else None
+    return claimed if not state.fits(spec, node, claimed) else None

@@ -9,7 +9,10 @@ What is in it:
   nodes with the default scheduler:
 
   1. Our pods first, each on the GPU minors its ``kgpu.io/device-allocation`` annotation
-     records: this is how a restarted scheduler gets back the allocations it made.
+     records: this is how a restarted scheduler gets back the allocations it made. Where
+     the node's Device says the kubelet gave the pod other GPUs, on those, if they have
+     room; each such pod is a ``Difference`` (:mod:`kgpu.kube.snapshot.kubelet_claims`)
+     that the live loop corrects or reports.
   2. Then every other bound pod on the GPUs the kubelet's checkpoint names for it (the
      node's Device resource carries it), else on the lowest-numbered GPUs that have room
      for it (the device plugin's choice is not otherwise visible from the API).
@@ -32,17 +35,31 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgpu.kube.api.resources import meta, object_key, uid
-from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION
+from kgpu.kube.api.resources import meta, object_key
+from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, DeviceAllocation
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
 from kgpu.kube.snapshot.allocation_rebuild import account_recorded, account_unrecorded
 from kgpu.kube.snapshot.conversion_cache import ConversionCache, PodReading, pod_fields
+from kgpu.kube.snapshot.kubelet_claims import (
+    Difference,
+    KubeletClaims,
+    account_claimed,
+    minors_of,
+)
 from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import ClusterState
 from kgpu.state.holding import hold_rest
 
-__all__ = ["Assumed", "CacheSnapshot", "PendingPod", "Problem", "SnapshotBuilder", "pod_fields"]
+__all__ = [
+    "Assumed",
+    "CacheSnapshot",
+    "Difference",
+    "PendingPod",
+    "Problem",
+    "SnapshotBuilder",
+    "pod_fields",
+]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -96,6 +113,8 @@ class CacheSnapshot:
     foreign: int = 0
     assumed: int = 0
     held: int = 0  # bound pods accounted as filling what their node had left
+    # Pods of ours the kubelet gave other GPUs than their annotation names.
+    differences: list[Difference] = field(default_factory=list)
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
@@ -171,8 +190,9 @@ class SnapshotBuilder:
                     snap.unreadable.append((pod.obj, spec))
                 else:
                     snap.pending.append(PendingPod(pod.obj, spec))
+        claims = KubeletClaims(snap.state)
         for pod, spec, index in ours:
-            self._account_ours(snap, pod, spec, index)
+            self._account_ours(snap, pod, spec, index, claims.slots(index, pod))
         for pod, index in others:
             obj, maybe = pod.obj, pod.spec
             if isinstance(maybe, ConversionError):
@@ -188,8 +208,9 @@ class SnapshotBuilder:
                     )
                 )
             else:
-                self._account_lowest(snap, maybe, index, obj)
+                self._account_lowest(snap, maybe, index, claims.slots(index, pod))
                 snap.foreign += 1
+        self._device_problems(snap, claims, readings, devices or {})
         for key, entry in sorted(assumed.items()):
             index = snap.state.index.get(entry.node)
             if index is None or key in snap.state.allocations:
@@ -203,13 +224,32 @@ class SnapshotBuilder:
         return snap
 
     def _account_ours(
-        self, snap: CacheSnapshot, pod: PodReading, spec: PodSpec, index: int
+        self,
+        snap: CacheSnapshot,
+        pod: PodReading,
+        spec: PodSpec,
+        index: int,
+        claimed: tuple[int, ...] | None,
     ) -> None:
+        """Account a pod of ours: on the GPUs its annotation records, unless the kubelet
+        gave it others (``claimed``, slots), which then win where they have room."""
         obj = pod.obj
         if not spec.gpu.wants_devices:
-            self._account_lowest(snap, spec, index, obj)
+            self._account_lowest(snap, spec, index, claimed)
             return
         found = pod.allocation
+        if isinstance(found, DeviceAllocation) and claimed is not None:
+            state = snap.state
+            kubelet = minors_of(state, index, claimed)
+            if kubelet != found.minors:
+                conflict = account_claimed(state, spec, index, found, claimed)
+                node = state.nodes[index].name
+                snap.differences.append(
+                    Difference(obj, spec.key, node, found.minors, kubelet, conflict)
+                )
+                if not conflict:
+                    snap.from_annotations += 1
+                    return
         if found is None:
             why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} is missing"
         elif isinstance(found, ConversionError):
@@ -220,22 +260,48 @@ class SnapshotBuilder:
                 snap.from_annotations += 1
                 return
             why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} {why}"
-        where = self._account_lowest(snap, spec, index, obj)
+        where = self._account_lowest(snap, spec, index, claimed)
         snap.problems.append(Problem(obj, "InvalidDeviceAllocation", f"{why}; accounted {where}"))
 
     @staticmethod
     def _account_lowest(
-        snap: CacheSnapshot, spec: PodSpec, index: int, obj: Mapping[str, Any] | None = None
+        snap: CacheSnapshot, spec: PodSpec, index: int, claimed: tuple[int, ...] | None
     ) -> str:
-        """Account a pod on the GPUs the kubelet's checkpoint names, else the lowest GPUs
-        with room; say where, for messages."""
+        """Account a pod on the GPUs the kubelet's checkpoint names (``claimed``), else the
+        lowest GPUs with room; say where, for messages."""
         state = snap.state
-        where = account_unrecorded(state, spec, index, uid(obj) if obj is not None else "")
+        where = account_unrecorded(state, spec, index, claimed)
         if where is not None:
             return where
         hold_rest(state, spec.key, index)
         snap.held += 1
         return f"as filling what is left of {state.nodes[index].name}"
+
+    @staticmethod
+    def _device_problems(
+        snap: CacheSnapshot,
+        claims: KubeletClaims,
+        readings: list[PodReading],
+        devices: Mapping[str, Mapping[str, Any]],
+    ) -> None:
+        """Warnings on Device resources: checkpoint entries refused as they were read, and
+        entries for pods that are not on the Device's node."""
+        state = snap.state
+        for node in state.nodes:
+            refused = node.devices.refused if node.devices is not None else ()
+            obj = devices.get(node.name)
+            if refused and obj is not None:
+                text = "; ".join(refused[:5]) + (
+                    f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
+                )
+                snap.problems.append(
+                    Problem(obj, "InvalidDeviceCheckpoint", f"{text}; those entries are not used")
+                )
+        for index, text in claims.strays(readings).items():
+            name = state.nodes[index].name
+            obj = devices.get(name)
+            if obj is not None:
+                snap.problems.append(Problem(obj, "UnknownCheckpointPod", f"Device {name}: {text}"))
 
 
 def _creation_order(pod: PodReading) -> tuple[str, str]:

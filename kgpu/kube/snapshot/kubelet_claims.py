@@ -1,0 +1,143 @@
+"""Which GPUs the kubelet says each bound pod holds, and where kgpu's books say otherwise.
+
+The node's agent publishes the kubelet's device assignments in the Device resource's
+checkpoint annotation (:mod:`kgpu.kube.objects.device_cr` reads and bounds it). For a
+whole-GPU pod (``nvidia.com/gpu: N``) the kubelet, through the device plugin, picks the
+GPUs, and kgpu cannot steer that: its ``kgpu.io/device-allocation`` annotation may name
+GPU 1 while the container got GPU 2. The kubelet is right about what the container uses,
+so a pod of ours whose entry names other GPUs than its annotation is accounted on the
+kubelet's GPUs, if kgpu's books have them free (:func:`account_claimed`), and the
+difference is kept (:class:`Difference`) for the live loop to correct the annotation and
+report it. Otherwise the books keep the annotation and the difference is a conflict, to
+report: never a GPU counted twice.
+
+An entry is matched to a pod bound to the Device's node, by UID when it has one, else by
+namespace and name. An entry that names a pod that does not exist or is bound elsewhere is
+reported, and otherwise left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kgpu.kube.objects.device_allocation import DeviceAllocation
+from kgpu.kube.objects.device_cr import WHOLE_GPU_RESOURCE
+from kgpu.kube.snapshot.allocation_rebuild import account_recorded
+from kgpu.kube.snapshot.conversion_cache import PodReading
+from kgpu.model.devices import Checkpoint
+from kgpu.model.gpu import GpuKind
+from kgpu.model.pod import PodKey, PodSpec
+from kgpu.model.units import MILLI_PER_GPU
+from kgpu.state.cluster import ClusterState
+
+# Stray entries a report names before it says how many more there are.
+_NAMED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """A pod of ours that the kubelet gave other GPUs than its annotation names.
+
+    ``conflict`` is "" when the snapshot accounts the pod on the kubelet's GPUs (its
+    annotation is then to be corrected), else why the books keep what the annotation says.
+    """
+
+    obj: Mapping[str, Any]
+    key: PodKey
+    node: str
+    recorded: tuple[int, ...]  # the GPU minors of its annotation
+    kubelet: tuple[int, ...]  # the GPU minors the kubelet gave it
+    conflict: str = ""
+
+
+class KubeletClaims:
+    """The ``nvidia.com/gpu`` checkpoint entries of every node of a ClusterState, by pod."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+        self._by_uid: dict[tuple[int, str], Checkpoint] = {}
+        self._by_name: dict[tuple[int, str], Checkpoint] = {}
+        self._taken: set[tuple[int, Checkpoint]] = set()
+        for index, devices in enumerate(state.devices):
+            for entry in devices.checkpoints:
+                if entry.resource != WHOLE_GPU_RESOURCE:
+                    continue
+                if entry.pod_uid:
+                    self._by_uid[index, entry.pod_uid] = entry
+                else:  # a UID names one incarnation of a pod; a name, whichever is there now
+                    self._by_name[index, f"{entry.pod_namespace}/{entry.pod_name}"] = entry
+
+    def slots(self, index: int, pod: PodReading) -> tuple[int, ...] | None:
+        """The GPU slots of node ``index`` the kubelet gave ``pod``; None when it says none."""
+        if not self._by_uid and not self._by_name:
+            return None
+        entry = self._by_uid.get((index, pod.uid)) or self._by_name.get((index, pod.key))
+        if entry is None:
+            return None
+        self._taken.add((index, entry))
+        return self._state.devices[index].gpu_slots_of(entry.device_ids)
+
+    def strays(self, readings: Iterable[PodReading]) -> dict[int, str]:
+        """By node index: the entries no pod there took whose pod does not exist or is bound
+        to another node, said in a sentence (a pod not bound yet, or finished, is no stray)."""
+        left = [
+            (i, e)
+            for table in (self._by_uid, self._by_name)
+            for (i, _), e in table.items()
+            if (i, e) not in self._taken
+        ]
+        if not left:
+            return {}
+        node_by_uid: dict[str, str] = {}
+        node_by_key: dict[str, str] = {}
+        for reading in readings:
+            node_by_uid[reading.uid] = node_by_key[reading.key] = reading.node
+        said: dict[int, list[str]] = {}
+        for index, entry in left:
+            name = self._state.nodes[index].name
+            where: str | None
+            if entry.pod_uid:
+                pod, where = f"UID {entry.pod_uid}", node_by_uid.get(entry.pod_uid)
+            else:
+                pod = f"{entry.pod_namespace}/{entry.pod_name}"
+                where = node_by_key.get(pod)
+            if where is None:
+                text = f"pod {pod}, which does not exist"
+            elif where and where != name:
+                text = f"pod {pod}, which is bound to node {where}"
+            else:
+                continue
+            said.setdefault(index, []).append(f"{text} ({', '.join(entry.device_ids)})")
+        return {
+            index: f"checkpoint entries for pods not on node {self._state.nodes[index].name} "
+            f"are not used: {'; '.join(texts[:_NAMED])}"
+            + (f"; and {len(texts) - _NAMED} more" if len(texts) > _NAMED else "")
+            for index, texts in said.items()
+        }
+
+
+def minors_of(state: ClusterState, node: int, slots: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(state.devices[node].gpus[s].minor for s in slots))
+
+
+def account_claimed(
+    state: ClusterState, spec: PodSpec, node: int, found: DeviceAllocation, slots: tuple[int, ...]
+) -> str:
+    """Account a pod of ours on the GPU ``slots`` the kubelet gave it instead of those its
+    annotation ``found`` names; "" if done, else why not (nothing is then allocated)."""
+    req = spec.gpu
+    minors = minors_of(state, node, slots)
+    name = state.nodes[node].name
+    if req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
+        return f"it asks a share of a GPU, yet the kubelet gave it whole GPUs {list(minors)}"
+    if len(slots) != req.count:
+        return f"it asks {req.count} GPUs, yet the kubelet gave it GPUs {list(minors)}"
+    why = state.fits(spec, node, slots)
+    if why:
+        return (
+            f"GPUs {list(minors)} of {name} have no room for it in kgpu's books ({why}): "
+            "another pod holds them there, or they are unhealthy"
+        )
+    return account_recorded(state, spec, node, replace(found, minors=minors, memory_mib=()))
