@@ -24,12 +24,12 @@ from typing import Any, Final
 
 import grpc
 
+from kgpu.agent.kubelet import DEFAULT_SOCKET
 from kgpu.agent.podresources.v1 import api_pb2 as v1
 from kgpu.agent.podresources.v1 import api_pb2_grpc as v1_grpc
 from kgpu.agent.podresources.v1alpha1 import api_pb2 as v1alpha1
 from kgpu.agent.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 
-DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 NVIDIA_PREFIX: Final = "nvidia.com/"
 # Bounds on what is believed. A node runs at most a few hundred pods (110 by default), a
