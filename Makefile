@@ -9,7 +9,7 @@ CVENV := .venv-compiled
 CBIN := $(CVENV)/bin
 SOURCES := setup.py pyproject.toml $(shell find kgpu -name '*.py' -o -name '*.yaml')
 
-.PHONY: demo test test-compiled compiled lint typecheck clean
+.PHONY: demo test test-compiled compiled lint typecheck podresources-api clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,17 @@ test-compiled: $(CVENV)/.installed
 		echo "compiled core: not built here (no C compiler, cc); its tests are skipped" \
 			"(under CI=true this fails)"; \
 	fi
+
+# The Python modules of the kubelet's pod-resources API (kgpu/agent/podresources/*/api_pb2*.py),
+# generated from the .proto files beside them. grpcio-tools is needed only here, so it is
+# installed into .venv for this and is no dependency of kgpu. The proto paths are given from
+# the repository root, so the generated gRPC stubs import their messages through the package
+# (kgpu.agent.podresources.v1.api_pb2) and work installed.
+PODRESOURCES_PROTOS := kgpu/agent/podresources/v1/api.proto kgpu/agent/podresources/v1alpha1/api.proto
+
+podresources-api: $(VENV)/.dev-installed
+	$(BIN)/python -m pip install --quiet grpcio-tools
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. $(PODRESOURCES_PROTOS)
 
 clean:
 	rm -rf $(VENV) $(CVENV) out .mypy_cache .pytest_cache .ruff_cache

@@ -7,6 +7,8 @@ with ``pytest tests/test_agent_nvml.py``.
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import shutil
 import signal
@@ -16,9 +18,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
-from kgpu.agent.device_object import desired, health_status
+from kgpu.agent.device_object import CHECKPOINT_ANNOTATION, desired, health_status
 from kgpu.agent.inventory import discover
 from kgpu.agent.nvml import NvmlProbe, sysfs_bus_id
 from kgpu.agent.probe import ProbeError
@@ -27,6 +30,7 @@ from kgpu.kube.objects.device_cr import devices_from_k8s
 from tests.crd_schemas import errors
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, wait_until
+from tests.kubelet_double import KubeletDouble
 
 # Whether each test runs or skips depends on this machine's NVIDIA driver: the one skip CI
 # allows (tests/inputs.py), as CI has no GPU.
@@ -42,16 +46,34 @@ def _probe() -> NvmlProbe | ProbeError:
         return exc
 
 
-def test_without_a_driver_the_agent_stops_saying_what_it_needs() -> None:
+def test_without_a_driver_the_agent_says_so_and_reports_the_kubelets_gpus(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     found = _probe()
     if isinstance(found, NvmlProbe):
         found.close()
         pytest.skip("this machine has an NVIDIA driver: the probe is checked against it instead")
     assert str(found).startswith("NVML cannot be used (")
     assert "run the agent on a node with the NVIDIA driver" in str(found)
-    result = CliRunner().invoke(main, ["agent", "--dry-run"])
-    assert result.exit_code == 1
-    assert result.output.startswith("Error: NVML cannot be used (")
+    socket = tmp_path / "kubelet.sock"
+    with KubeletDouble(socket) as kubelet:
+        kubelet.register("nvidia.com/gpu", "fake-gpu-1", "fake-gpu-0")
+        kubelet.give("default", "p", "main", "nvidia.com/gpu", "fake-gpu-1")
+        args = ["agent", "--dry-run", "--pod-resources-socket", str(socket)]
+        result = CliRunner().invoke(main, [*args, "--kubelet-checkpoint", str(tmp_path / "no")])
+    assert result.exit_code == 0, result.output
+    obj = yaml.safe_load(result.output)
+    assert [(d["minor"], d["uuid"]) for d in obj["spec"]["devices"]] == [
+        (0, "fake-gpu-0"),
+        (1, "fake-gpu-1"),
+    ]
+    assert json.loads(obj["metadata"]["annotations"][CHECKPOINT_ANNOTATION]) == [
+        {"podNamespace": "default", "podName": "p", "resourceName": "nvidia.com/gpu",
+         "deviceIDs": ["fake-gpu-1"]}
+    ]  # fmt: skip
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned[0].startswith("NVML cannot be used (")
+    assert warned[0].endswith("; the GPUs reported are those the kubelet lists, memory not known")
 
 
 def _smi(*args: str) -> str:

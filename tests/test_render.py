@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 from cryptography import x509
 
-from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
+from kgpu.agent.kubelet import DEFAULT_CHECKPOINT, DEFAULT_SOCKET
 from kgpu.cli import main
 from kgpu.kube.install.bundle import render_objects, to_yaml
 from kgpu.kube.install.options import InstallOptions, RenderError
@@ -324,11 +324,18 @@ def test_the_agent_runs_on_every_gpu_node_with_nvml_and_the_kubelet_checkpoint(
         "NVIDIA_DRIVER_CAPABILITIES": "utility",
     }
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
-    [mount] = container["volumeMounts"]
-    [volume] = pod["volumes"]
-    assert mount["readOnly"] is True and mount["name"] == volume["name"]
-    # The agent's default checkpoint path is inside the directory mounted from the host.
-    assert volume["hostPath"]["path"] == mount["mountPath"] == str(DEFAULT_CHECKPOINT.parent)
+    # The agent's default checkpoint path and pod-resources socket are inside the
+    # directories mounted from the host, read-only.
+    mounts = container["volumeMounts"]
+    volumes = pod["volumes"]
+    assert [m["name"] for m in mounts] == [v["name"] for v in volumes]
+    assert all(m["readOnly"] is True for m in mounts)
+    assert [
+        (v["hostPath"]["path"], m["mountPath"]) for m, v in zip(mounts, volumes, strict=True)
+    ] == [
+        (str(DEFAULT_CHECKPOINT.parent),) * 2,
+        (str(DEFAULT_SOCKET.parent),) * 2,
+    ]
     assert container["args"][0] == "agent"
     params = main.commands["agent"].make_context("agent", container["args"][1:]).params
     assert params["interval"] == 10.0
@@ -342,6 +349,7 @@ def test_the_agent_runs_on_every_gpu_node_with_nvml_and_the_kubelet_checkpoint(
     annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == "10261"
     assert params["kubelet_checkpoint"] == DEFAULT_CHECKPOINT
+    assert params["pod_resources_socket"] == DEFAULT_SOCKET
 
 
 def test_the_agent_is_left_out_or_kept_to_chosen_nodes() -> None:

@@ -1,4 +1,4 @@
-"""The agent's loop: discover, read the kubelet's checkpoint, publish when anything changed.
+"""The agent's loop: discover, read what the kubelet gave pods, publish when anything changed.
 
 A round that finds nothing new makes no API call; every ``resync`` seconds the Device is
 read and rewritten if it drifted (deleted, or edited by hand). An API error is logged and
@@ -20,6 +20,7 @@ from typing import Any, Final
 from kgpu.agent.health import AgentMetrics
 from kgpu.agent.inventory import Inventory, discover
 from kgpu.agent.kubelet import CheckpointError, read_checkpoint
+from kgpu.agent.pod_resources_client import PodResourcesClient, PodResourcesError
 from kgpu.agent.probe import GpuProbe, GpuUnreadable, ProbeError
 from kgpu.agent.publish import DevicePublisher
 from kgpu.agent.sysfs import rdma_devices
@@ -56,10 +57,11 @@ XID_MEANINGS: Final = {
 
 
 class Observer:
-    """Reads the GPUs and the kubelet's checkpoint; keeps the last inventory, so a GPU that
-    stops answering is reported with its last known facts, and the critical XIDs seen, so
-    a GPU that raised one stays unhealthy until the agent restarts (after the GPU's reset),
-    as NVIDIA's device plugin keeps it."""
+    """Reads the GPUs and which devices the kubelet gave pods: from its pod-resources API
+    where its socket is there, else from its checkpoint file. Keeps the last inventory, so
+    a GPU that stops answering is reported with its last known facts, and the critical
+    XIDs seen, so a GPU that raised one stays unhealthy until the agent restarts (after
+    the GPU's reset), as NVIDIA's device plugin keeps it."""
 
     def __init__(
         self,
@@ -69,10 +71,13 @@ class Observer:
         ignored_xids: frozenset[int] = frozenset(),
         now: Callable[[], str] = now_rfc3339,
         metrics: AgentMetrics | None = None,
+        pod_resources: PodResourcesClient | None = None,  # None: the checkpoint file only
     ) -> None:
         self.probe = probe
         self.metrics = metrics
         self.checkpoint = checkpoint
+        self.pod_resources = pod_resources
+        self.allocations_source = ""  # where the last round read what pods hold
         self.sysfs = sysfs  # where RDMA devices are looked for; None: not looked for
         self.ignored_xids = APPLICATION_XIDS | ignored_xids
         self.inventory: Inventory | None = None
@@ -135,16 +140,29 @@ class Observer:
     def _checkpoints(self) -> list[dict[str, Any]] | None:
         if self.checkpoint is None:
             return None
+        client = self.pod_resources
+        found: list[dict[str, Any]] | None
         try:
-            found = read_checkpoint(self.checkpoint)
-        except CheckpointError as exc:
-            # Once per distinct problem: the file is rewritten often and the loop runs on.
+            if client is not None and client.socket.exists():
+                found = client.pod_devices()
+                self._source(f"pod-resources API {client.api} at {client.socket}")
+            else:
+                found = read_checkpoint(self.checkpoint)
+                absent = f" (no socket at {client.socket})" if client is not None else ""
+                self._source(f"checkpoint file {self.checkpoint}{absent}")
+        except (CheckpointError, PodResourcesError) as exc:
+            # Once per distinct problem: the loop runs on, and the kubelet may mend it.
             if str(exc) != self._checkpoint_problem:
                 log.warning("%s; the Device's checkpoint annotation is left as it is", exc)
             self._checkpoint_problem = str(exc)
             return None
         self._checkpoint_problem = ""
         return found
+
+    def _source(self, source: str) -> None:
+        if source != self.allocations_source:  # once, and again when it changes
+            log.info("which devices the kubelet gave pods: read from its %s", source)
+            self.allocations_source = source
 
 
 class Agent:

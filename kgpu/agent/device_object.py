@@ -28,23 +28,26 @@ HEALTH_CONDITION: Final = "GpusHealthy"
 def gpu_entries(inventory: Inventory) -> list[Obj]:
     out = []
     for slot, gpu in enumerate(inventory.gpus):
-        topology: Obj = {"nodeID": gpu.numa, "busID": gpu.bus_id}
+        # Without NVML (kgpu.agent.kubelet_gpus) the bus id, and maybe the memory, are not
+        # known: left out, not written as zero (the scheduler takes the node's figure).
+        topology: Obj = {"nodeID": gpu.numa}
+        if gpu.bus_id:
+            topology["busID"] = gpu.bus_id
         if gpu.pcie_switch:
             topology["pcieID"] = gpu.pcie_switch
         peers = inventory.peers(slot)
         if peers:
             topology["nvlinkPeers"] = peers
+        resources: Obj = {"kubernetes.io/gpu-core": 100, "kubernetes.io/gpu-memory-ratio": 100}
+        if gpu.memory_mib:
+            resources[GPU_MEMORY] = f"{gpu.memory_mib}Mi"
         out.append(
             {
                 "type": "gpu",
                 "minor": gpu.minor,
                 "uuid": gpu.uuid,
                 "health": not gpu.problem,
-                "resources": {
-                    "kubernetes.io/gpu-core": 100,
-                    "kubernetes.io/gpu-memory-ratio": 100,
-                    GPU_MEMORY: f"{gpu.memory_mib}Mi",
-                },
+                "resources": resources,
                 "topology": topology,
             }
         )

@@ -19,16 +19,19 @@ from pathlib import Path
 from typing import Any, Final
 
 DEFAULT_CHECKPOINT: Final = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
+# Where the kubelet serves its pod-resources API (kgpu.agent.pod_resources_client), which
+# says the same as the file, and is preferred to it where it is there.
+DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 _PREFIX: Final = "nvidia.com/"
+MAX_REGISTERED: Final = 4096  # devices of one resource: far more than a node holds
 
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be read as the kubelet writes it."""
 
 
-def read_checkpoint(path: Path) -> list[dict[str, Any]] | None:
-    """The annotation's entries, ``[{"podUID", "resourceName", "deviceIDs"}]``, in the
-    file's order; None when there is no file (no device was ever allocated on the node)."""
+def _load(path: Path) -> dict[str, Any] | None:
+    """The file's ``Data``; None when there is no file (no device plugin ever registered)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -39,7 +42,36 @@ def read_checkpoint(path: Path) -> list[dict[str, Any]] | None:
         data = json.loads(text)
     except ValueError as exc:
         raise CheckpointError(f"kubelet checkpoint {path}: is not JSON ({exc})") from exc
-    entries = data.get("Data", {}).get("PodDeviceEntries") if isinstance(data, dict) else None
+    found = data.get("Data") if isinstance(data, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def read_registered(path: Path, resource: str) -> list[str] | None:
+    """The ids of ``resource``'s devices the kubelet has from its device plugin
+    (``Data.RegisteredDevices``: the healthy ones), in the file's order; None when there is
+    no file."""
+    data = _load(path)
+    if data is None:
+        return None
+    registered = data.get("RegisteredDevices") or {}
+    ids = registered.get(resource, []) if isinstance(registered, dict) else None
+    if ids is None:
+        ids = []
+    where = f"kubelet checkpoint {path}: Data.RegisteredDevices[{json.dumps(resource)}]"
+    if not isinstance(ids, list) or not all(isinstance(d, str) for d in ids):
+        raise CheckpointError(f"{where} is {json.dumps(ids)[:200]}, expected a list of device ids")
+    if len(ids) > MAX_REGISTERED:
+        raise CheckpointError(f"{where} has {len(ids)} ids, more than {MAX_REGISTERED}; refused")
+    return list(dict.fromkeys(ids))
+
+
+def read_checkpoint(path: Path) -> list[dict[str, Any]] | None:
+    """The annotation's entries, ``[{"podUID", "resourceName", "deviceIDs"}]``, in the
+    file's order; None when there is no file (no device was ever allocated on the node)."""
+    data = _load(path)
+    if data is None:
+        return None
+    entries = data.get("PodDeviceEntries")
     if entries is None:
         entries = []  # a kubelet that has allocated nothing writes null
     if not isinstance(entries, list):

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
+from kgpu.agent.kubelet import DEFAULT_CHECKPOINT, DEFAULT_SOCKET
+
+if TYPE_CHECKING:
+    from kgpu.kube.api.client import KubeClient
 
 
 @click.command("agent")
@@ -46,6 +50,14 @@ from kgpu.agent.kubelet import DEFAULT_CHECKPOINT
     help="the kubelet's device checkpoint: which GPUs pods placed by other schedulers hold",
 )
 @click.option("--no-kubelet-checkpoint", is_flag=True, help="leave the checkpoint annotation alone")
+@click.option(
+    "--pod-resources-socket",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_SOCKET,
+    show_default=True,
+    help="the kubelet's pod-resources API: which pod holds which device (where the socket "
+    "is absent, the checkpoint file says), and a node's GPUs where NVML cannot be loaded",
+)
 @click.option(
     "--rdma/--no-rdma",
     default=True,
@@ -87,6 +99,7 @@ def agent(
     resync: float,
     kubelet_checkpoint: Path,
     no_kubelet_checkpoint: bool,
+    pod_resources_socket: Path,
     rdma: bool,
     sysfs: Path,
     ignore_xid: tuple[int, ...],
@@ -97,7 +110,7 @@ def agent(
 ) -> None:
     """Report this node's GPUs (UUIDs, memory, health, NVLink and PCIe topology, what the
     kubelet gave pods) as its kgpu.io Device resource, every INTERVAL seconds, until
-    SIGTERM or SIGINT."""
+    SIGTERM or SIGINT. Where NVML cannot be loaded, the GPUs are those the kubelet lists."""
     import logging
     import signal
     import threading
@@ -107,8 +120,10 @@ def agent(
     from kgpu.agent.agent_loop import Agent, AgentOptions, Observer
     from kgpu.agent.device_object import desired, health_status
     from kgpu.agent.health import AgentMetrics
+    from kgpu.agent.kubelet_gpus import KubeletGpuProbe, gfd_memory_mib
     from kgpu.agent.nvml import NvmlProbe
-    from kgpu.agent.probe import GpuUnreadable, ProbeError
+    from kgpu.agent.pod_resources_client import PodResourcesClient
+    from kgpu.agent.probe import GpuProbe, GpuUnreadable, ProbeError
     from kgpu.agent.publish import DevicePublisher
     from kgpu.kube.api.client import KubeClient
     from kgpu.kube.api.errors import KubeError
@@ -121,9 +136,25 @@ def agent(
         raise click.UsageError("--node (or NODE_NAME) names the node whose Device is written")
     node = node or socket.gethostname()
     options = AgentOptions(node, interval, resync)
+    pod_resources = PodResourcesClient(pod_resources_socket)
+    client = None
     try:
-        probe = NvmlProbe(sysfs)
-    except ProbeError as exc:
+        if not dry_run:
+            client = KubeClient.from_kubeconfig(kubeconfig, user_agent=f"kgpu-agent/{os.getpid()}")
+        probe: GpuProbe
+        try:
+            probe = NvmlProbe(sysfs)
+        except ProbeError as exc:
+            # The same loop, over what the kubelet knows (a node whose driver the agent
+            # cannot reach, or a CI node with a fake device plugin).
+            memory = gfd_memory_mib(_node_labels(client, node)) if client else 0
+            logging.getLogger("kgpu.agent").warning(
+                "%s; the GPUs reported are those the kubelet lists, memory %s",
+                exc,
+                f"{memory} MiB from the Node's nvidia.com/gpu.memory" if memory else "not known",
+            )
+            probe = KubeletGpuProbe(pod_resources, kubelet_checkpoint, memory)
+    except (KubeError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     # A round may take a while when the API server is slow (each call has its own bound);
     # one that never ends is a hang, which a restart mends.
@@ -134,15 +165,15 @@ def agent(
         sysfs if rdma else None,
         frozenset(ignore_xid),
         metrics=metrics,
+        pod_resources=pod_resources,
     )
     try:
-        if dry_run:
+        if client is None:  # a dry run
             inventory, checkpoints = observer.observe()
             obj = desired(node, inventory, checkpoints, None)
             obj["status"] = health_status(inventory, None, now_rfc3339())
             click.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
             return
-        client = KubeClient.from_kubeconfig(kubeconfig, user_agent=f"kgpu-agent/{os.getpid()}")
         events = EventRecorder(client, component="kgpu-agent", instance=node, workers=1).start()
         publisher = DevicePublisher(client, node)
         runner = Agent(observer, publisher, options, events=events, metrics=metrics)
@@ -171,3 +202,16 @@ def agent(
         raise click.ClickException(str(exc)) from exc
     finally:
         probe.close()
+        pod_resources.close()
+
+
+def _node_labels(client: KubeClient, node: str) -> dict[str, str]:
+    """The Node's labels; none where it cannot be read (the agent runs on regardless)."""
+    from kgpu.kube.api.errors import KubeError
+    from kgpu.kube.api.resources import NODES
+
+    try:
+        labels = client.get(NODES, node).get("metadata", {}).get("labels") or {}
+    except KubeError:
+        return {}
+    return {str(k): str(v) for k, v in labels.items()}

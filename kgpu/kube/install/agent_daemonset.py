@@ -3,9 +3,10 @@
 Each agent pod reads its node's GPUs through NVML, which the NVIDIA container runtime
 mounts into a container that asks for the driver's utility libraries
 (``NVIDIA_DRIVER_CAPABILITIES=utility``, ``NVIDIA_VISIBLE_DEVICES=all``) without taking
-any GPU from the device plugin, as NVIDIA's own feature discovery does. It reads the
-kubelet's device checkpoint from a read-only host mount, and may write only Devices (and
-read the Node it owns its Device by).
+any GPU from the device plugin, as NVIDIA's own feature discovery does. It asks the
+kubelet's pod-resources API on its socket, and reads the kubelet's device checkpoint,
+through read-only host mounts (a unix socket is connected to on a read-only mount too),
+and may write only Devices (and read the Node it owns its Device by).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from kgpu.kube.install.options import (
 
 # Where the kubelet keeps its device checkpoint (`kgpu agent --kubelet-checkpoint`).
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
+# Where the kubelet serves its pod-resources API (`kgpu agent --pod-resources-socket`).
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 
 
 AGENT_METRICS_PORT = 10261  # `kgpu agent`'s default
@@ -62,7 +65,7 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
             "requests": {"cpu": "10m", "memory": "64Mi"},
             "limits": {"memory": "256Mi"},
         },
-        # Root, to read the kubelet's checkpoint (the kubelet writes it for root alone);
+        # Root, to read the kubelet's checkpoint and reach its socket (both root's alone);
         # nothing else: no capabilities, no writes but to the API.
         "securityContext": container_security(),
         "ports": [{"name": "metrics", "containerPort": AGENT_METRICS_PORT, "protocol": "TCP"}],
@@ -74,7 +77,8 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
             "timeoutSeconds": 2,
         },
         "volumeMounts": [
-            {"name": "device-plugins", "mountPath": DEVICE_PLUGINS_DIR, "readOnly": True}
+            {"name": "device-plugins", "mountPath": DEVICE_PLUGINS_DIR, "readOnly": True},
+            {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
         ],
     }
     pod: Obj = {
@@ -88,7 +92,10 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
         ],
         "containers": [container],
         **({"runtimeClassName": opts.agent_runtime_class} if opts.agent_runtime_class else {}),
-        "volumes": [{"name": "device-plugins", "hostPath": {"path": DEVICE_PLUGINS_DIR}}],
+        "volumes": [
+            {"name": "device-plugins", "hostPath": {"path": DEVICE_PLUGINS_DIR}},
+            {"name": "pod-resources", "hostPath": {"path": POD_RESOURCES_DIR}},
+        ],
     }
     return [
         *cluster_identity(opts, name, "agent", agent_rules()),

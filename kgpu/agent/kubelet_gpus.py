@@ -1,0 +1,132 @@
+"""A node's GPUs as the kubelet knows them, for a node where NVML cannot be loaded.
+
+The device plugin registered its GPUs with the kubelet: the agent reads their ids from
+the pod-resources API's GetAllocatableResources (kubelet 1.21+, with each GPU's NUMA
+node) or else from the kubelet's checkpoint file (``Data.RegisteredDevices``, the
+healthy ones). :class:`KubeletGpuProbe` answers the agent's
+:class:`~kgpu.agent.probe.GpuProbe` questions from them, so the inventory, the Device and
+the loop are those of an NVML node: a GPU's ``uuid`` is the device plugin's id (a UUID
+for NVIDIA's plugin, ``fake-gpu-2`` for a test node's), its minor the id's place in
+natural order (``fake-gpu-10`` after ``fake-gpu-9``), its memory the Node's
+``nvidia.com/gpu.memory`` label (GPU feature discovery's, MiB) where there is one.
+What only NVML knows (product, PCI bus id, NVLinks, XIDs) is not claimed: links are
+"SYS", the farthest kind.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Final
+
+from kgpu.agent.kubelet import CheckpointError, read_registered
+from kgpu.agent.pod_resources_client import (
+    GPU_RESOURCE,
+    AllocatableDevice,
+    PodResourcesClient,
+    PodResourcesError,
+)
+from kgpu.agent.probe import GpuFacts, GpuUnreadable, NvLink, ProbeError, Xid
+
+log = logging.getLogger(__name__)
+NO_DRIVER: Final = "unknown (no NVML: GPUs as the kubelet lists them)"
+_SYSTEM: Final = 50  # nvmlTopologySystem: the kind that claims nothing
+
+
+def natural_key(device_id: str) -> list[str | int]:
+    """``fake-gpu-10`` after ``fake-gpu-9``: runs of digits compare as numbers."""
+    parts = re.split(r"(\d+)", device_id)
+    return [int(p) if i % 2 else p for i, p in enumerate(parts)]
+
+
+class KubeletGpuProbe:
+    """The kubelet's GPUs, read again at each ``count()`` (each round's first question).
+    A GPU once listed keeps its minor; one the kubelet stops listing answers
+    GpuUnreadable, so the inventory keeps it, unhealthy, with why."""
+
+    def __init__(
+        self,
+        pod_resources: PodResourcesClient | None,
+        checkpoint: Path | None,
+        memory_mib: int = 0,  # 0: not known (the scheduler takes the node's figure)
+        resource: str = GPU_RESOURCE,
+    ) -> None:
+        self.pod_resources = pod_resources
+        self.checkpoint = checkpoint
+        self.memory_mib = memory_mib
+        self.resource = resource
+        self.source = ""  # where the last count() read the GPUs
+        self._seen: list[str] = []  # every id listed so far, in natural order
+        self._listed: dict[str, int] = {}  # the ids listed now, with their NUMA node
+
+    def _read(self) -> tuple[list[AllocatableDevice], str]:
+        client = self.pod_resources
+        if client is not None and client.socket.exists():
+            try:
+                found = client.allocatable(self.resource)
+            except PodResourcesError as exc:
+                raise ProbeError(f"the kubelet's GPUs cannot be read: {exc}") from exc
+            if found is not None:
+                return found, f"pod-resources GetAllocatableResources at {client.socket}"
+        if self.checkpoint is None:
+            return [], "nowhere (no pod-resources GetAllocatableResources, no checkpoint file)"
+        try:
+            ids = read_registered(self.checkpoint, self.resource)
+        except CheckpointError as exc:
+            raise ProbeError(f"the kubelet's GPUs cannot be read: {exc}") from exc
+        return [AllocatableDevice(i) for i in ids or ()], f"checkpoint file {self.checkpoint}"
+
+    def count(self) -> int:
+        found, source = self._read()
+        if source != self.source:
+            log.info("%s GPUs read from the kubelet's %s", self.resource, source)
+            self.source = source
+        self._listed = {d.id: d.numa for d in found}
+        known = set(self._seen)
+        self._seen += [d.id for d in found if d.id not in known]
+        self._seen.sort(key=natural_key)
+        return len(self._seen)
+
+    def driver_version(self) -> str:
+        return NO_DRIVER
+
+    def gpu(self, index: int) -> GpuFacts:
+        device = self._seen[index]
+        if device not in self._listed:
+            raise GpuUnreadable(
+                f"the kubelet no longer lists {self.resource} {device}: its device plugin "
+                "found it unhealthy, or is gone"
+            )
+        return GpuFacts(
+            index=index,
+            minor=index,
+            uuid=device,
+            product="",
+            memory_mib=self.memory_mib,
+            bus_id="",
+            numa=self._listed[device],
+        )
+
+    def nvlinks(self, index: int) -> list[NvLink]:
+        return []
+
+    def nvlink_p2p(self, a: int, b: int) -> bool:
+        return False
+
+    def ancestor(self, a: int, b: int) -> int:
+        return _SYSTEM
+
+    def xids(self, timeout: float) -> list[Xid] | None:
+        return None
+
+    def close(self) -> None:
+        if self.pod_resources is not None:
+            self.pod_resources.close()
+
+
+def gfd_memory_mib(labels: dict[str, str]) -> int:
+    """GPU feature discovery's ``nvidia.com/gpu.memory`` (MiB per GPU); 0 where absent or
+    not a count."""
+    text = labels.get("nvidia.com/gpu.memory", "")
+    return int(text) if text.isdigit() and len(text) <= 9 else 0
