@@ -10,6 +10,7 @@ fails every other skip under CI).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -17,6 +18,7 @@ import pytest
 
 OPENB = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
 KUBE_APISERVER_TOOLS = "../shared/tools/kube-apiserver"
+KUBE_NODE_TOOLS = "../shared/tools/kube-node"
 
 
 def under_ci() -> bool:
@@ -58,3 +60,37 @@ def e2e_kubeconfig() -> str:
             f"start the kube-apiserver: bash {KUBE_APISERVER_TOOLS}/start.sh",
         )
     return path
+
+
+@dataclass(frozen=True)
+class E2eNode:
+    """The real node (a kubelet with a device plugin) joined to the e2e kube-apiserver, as
+    .ci/run started it: its name, the kubelet's pod-resources socket and device checkpoint,
+    and the folder of the start.sh and stop.sh that restart it."""
+
+    name: str
+    pod_resources_socket: Path
+    kubelet_checkpoint: Path
+    tools: Path
+
+
+def e2e_node() -> E2eNode:
+    """The node .ci/run names in KGPU_E2E_NODE (with KGPU_E2E_POD_RESOURCES,
+    KGPU_E2E_KUBELET_CHECKPOINT and KGPU_E2E_NODE_TOOLS beside it)."""
+    name = os.environ.get("KGPU_E2E_NODE")
+    if not name:
+        require_input(
+            "a real node to test on",
+            "KGPU_E2E_NODE is not set; .ci/run builds and starts one with"
+            f" {KUBE_NODE_TOOLS} and sets it",
+        )
+    env = os.environ.get
+    return E2eNode(
+        name,
+        Path(env("KGPU_E2E_POD_RESOURCES") or "/tmp/knode/kubelet/pod-resources/kubelet.sock"),
+        Path(
+            env("KGPU_E2E_KUBELET_CHECKPOINT")
+            or "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+        ),
+        Path(env("KGPU_E2E_NODE_TOOLS") or OPENB.parents[1] / "tools" / "kube-node"),
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.inputs import e2e_kubeconfig, openb_trace, require_input
+from tests.inputs import e2e_kubeconfig, e2e_node, openb_trace, require_input
 
 pytest_plugins = ["pytester"]
 
@@ -34,6 +34,9 @@ def test_each_input_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("KGPU_E2E_KUBECONFIG", str(tmp_path / "kubeconfig"))
     with pytest.raises(pytest.fail.Exception, match=r"the kubeconfig .*kubeconfig that KGPU_E2E"):
         e2e_kubeconfig()
+    monkeypatch.delenv("KGPU_E2E_NODE", raising=False)
+    with pytest.raises(pytest.fail.Exception, match=r"real node .* KGPU_E2E_NODE is not set"):
+        e2e_node()
 
 
 SUITE = """
