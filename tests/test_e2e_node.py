@@ -12,11 +12,13 @@ process, with the CRDs of ``kgpu manifests --crds-only`` in the API server.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,10 +29,11 @@ import pytest
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError, NotFound
-from kgpu.kube.api.resources import EVENTS, NODES, PODS
+from kgpu.kube.api.resources import DEVICES, EVENTS, NODES, PODS
+from kgpu.kube.objects.device_cr import devices_from_k8s
 from tests.inputs import KUBE_NODE_TOOLS, E2eNode, e2e_node, require_input
 from tests.kube_objects import SCHEDULER, allocation_of, gpu_use, wait_until
-from tests.test_e2e_kube import NAMESPACES, _stop, client, kubeconfig  # noqa: F401
+from tests.test_e2e_kube import NAMESPACES, _metrics_port, _stop, client, kubeconfig  # noqa: F401
 from tests.test_e2e_webhook import api, crds  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -323,3 +326,148 @@ def test_restarts_of_kgpu_and_of_the_kubelet_give_no_gpu_twice(
         workspace.delete("one")
         kgpu.running("four")
         assert workspace.visible("four") == seen.pop("one")
+
+
+GFD_MEMORY_MIB = 81920  # the node's nvidia.com/gpu.memory label in .ci/run
+
+
+@contextlib.contextmanager
+def kgpu_agent(workspace: NodeWorkspace, tmp_path: Path) -> Iterator[Path]:
+    """``kgpu agent`` on the node as a user starts it (no NVML here: the GPUs the kubelet
+    lists), for the block; its Device is deleted after, so later tests start without it."""
+    node = workspace.node
+    command = [sys.executable, "-P", "-m", "kgpu.cli", "agent", "--node", node.name]
+    command += ["--kubeconfig", workspace.kubeconfig, "--interval", "1", "--metrics-port", "0"]
+    command += ["--pod-resources-socket", str(node.pod_resources_socket)]
+    command += ["--kubelet-checkpoint", str(node.kubelet_checkpoint)]
+    log = tmp_path / "kgpu-agent.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield log
+    finally:
+        _stop(process, signal.SIGTERM)
+        with contextlib.suppress(KubeError):
+            workspace.client.delete(DEVICES, node.name)
+    assert process.returncode == 0, log.read_text()[-3000:]
+
+
+def _device(workspace: NodeWorkspace) -> dict[str, Any]:
+    try:
+        return workspace.client.get(DEVICES, workspace.node.name)
+    except NotFound:
+        return {}
+
+
+def _published_gpus(workspace: NodeWorkspace, log: Path) -> dict[int, str]:
+    """Once the agent has published all the node's GPUs: their ids by minor."""
+    try:
+        wait_until(
+            lambda: (
+                len(devices_from_k8s(_device(workspace)).gpus) == GPUS
+                if _device(workspace)
+                else False
+            ),
+            timeout=60,
+            every=0.5,
+        )
+    except AssertionError:
+        raise AssertionError(log.read_text()[-3000:]) from None
+    return {g.minor: g.uuid for g in devices_from_k8s(_device(workspace)).gpus}
+
+
+def _holders(workspace: NodeWorkspace) -> dict[str, list[str]]:
+    """Which device ids each of the workspace's pods holds, as the agent publishes it."""
+    text = _device(workspace).get("metadata", {}).get("annotations", {})
+    entries = json.loads(text.get("kgpu.io/devices-checkpoints", "[]"))
+    return {
+        e["podName"]: sorted(e["deviceIDs"])
+        for e in entries
+        if e.get("podNamespace") == workspace.namespace and e["resourceName"] == GPU
+    }
+
+
+def test_the_agent_publishes_the_gpus_and_who_holds_them_from_the_kubelet_alone(
+    workspace: NodeWorkspace, tmp_path: Path
+) -> None:
+    with kgpu_agent(workspace, tmp_path) as agent_log, kgpu_run(workspace, tmp_path) as kgpu:
+        # The fake plugin's ids, minor by natural order, memory from the GFD label.
+        assert _published_gpus(workspace, agent_log) == dict(enumerate(_ids_of_node()))
+        gpus = devices_from_k8s(_device(workspace)).gpus
+        assert {(g.healthy, g.memory_mib) for g in gpus} == {(True, GFD_MEMORY_MIB)}
+        seen = kgpu.fill()
+        want = {name: sorted(ids) for name, ids in seen.items()}
+        wait_until(lambda: _holders(workspace) == want, timeout=30, every=0.5)
+
+
+def _annotated_ids(pod: dict[str, Any], ids_by_minor: dict[int, str]) -> list[str]:
+    """The device ids of the GPUs the pod's kgpu.io/device-allocation names."""
+    return sorted(ids_by_minor[m] for m in allocation_of(pod)[1])
+
+
+def _books_agree(workspace: NodeWorkspace, ids_by_minor: dict[int, str], runs: int = 1) -> None:
+    """Until every running pod's allocation annotation names exactly the GPUs its container
+    sees (kgpu corrects it from what the node reports), and its visible-devices annotation
+    the same GPUs by minor."""
+
+    def agree() -> bool:
+        pods = {n: p for n, p in workspace.pods().items() if n in workspace.running()}
+        return all(
+            _annotated_ids(pod, ids_by_minor) == sorted(workspace.visible(name, runs))
+            for name, pod in pods.items()
+        )
+
+    try:
+        wait_until(agree, timeout=60, every=1.0)
+    except AssertionError:
+        told = {
+            n: (allocation_of(p)[1], workspace.visible(n, runs))
+            for n, p in workspace.pods().items()
+            if n in workspace.running()
+        }
+        raise AssertionError(f"annotated minors vs seen ids: {told}") from None
+    for pod in workspace.pods().values():
+        minors = allocation_of(pod)[1]
+        if minors:
+            visible = pod["metadata"]["annotations"]["kgpu.io/visible-devices"]
+            assert visible == ",".join(map(str, minors))
+
+
+def _corrections(port: int, node: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    line = f'kgpu_device_allocation_corrections_total{{node="{node}"}} '
+    return sum(float(row[len(line) :]) for row in text.splitlines() if row.startswith(line))
+
+
+def test_every_container_sees_exactly_the_gpus_of_its_allocation_across_restarts(
+    workspace: NodeWorkspace, tmp_path: Path
+) -> None:
+    with kgpu_agent(workspace, tmp_path) as agent_log, kgpu_run(workspace, tmp_path) as kgpu:
+        ids_by_minor = _published_gpus(workspace, agent_log)
+        seen = kgpu.fill()
+        _books_agree(workspace, ids_by_minor)
+        # Never silently: each corrected pod has its event, and the metric counts them all.
+        corrected = {
+            e["involvedObject"]["name"] for e in workspace.events("DeviceAllocationCorrected")
+        }
+        assert corrected <= set(ASKED)
+        port = _metrics_port(kgpu.log)
+        assert _corrections(port, workspace.node.name) == len(corrected)
+
+        # kgpu killed outright and started again: its books, rebuilt, still agree.
+        kgpu.kill_and_restart()
+        workspace.add(workspace.gpu_pod("four", 1))
+        _assert_waits_for_a_gpu(workspace, "four")
+        _books_agree(workspace, ids_by_minor)
+
+        # The kubelet restarted: containers made again see the same GPUs, the books agree.
+        restart_kubelet(workspace)
+        _books_agree(workspace, ids_by_minor, runs=2)
+        assert {n: workspace.visible(n, runs=2) for n in ASKED} == seen
+
+        # A pod deleted mid-way: the waiting one gets its GPU, in the books as on the node.
+        workspace.delete("one")
+        kgpu.running("four")
+        _books_agree(workspace, ids_by_minor)
+        assert workspace.visible("four") == seen["one"]
