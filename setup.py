@@ -69,7 +69,7 @@ COMPILED = [
     "kgpu/plugins/session/priority_order.py",
     "kgpu/plugins/session/proportion.py",
     "kgpu/state/cluster.py",
-    "kgpu/state/devices.py",
+    "kgpu/state/device_tables.py",
 ]
 
 

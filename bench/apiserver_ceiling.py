@@ -44,7 +44,7 @@ from e2e import KAPI_DIR, NAMESPACES, cpu_seconds, delete_pods, in_parallel, pod
 
 from kgpu.kube.api.client import KubeClient, load_configuration
 from kgpu.kube.api.errors import KubeError
-from kgpu.kube.api.resources import PODS
+from kgpu.kube.api.resource_types import PODS
 
 PROTOCOLS = ("binding", "read+binding", "patch+binding")
 # What kgpu writes for a pod sharing GPU 3 of a node, as render_allocation renders it.

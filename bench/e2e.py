@@ -38,7 +38,7 @@ from typing import Any
 from kgpu import core_build
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
-from kgpu.kube.api.resources import NODES, PODS, Resource
+from kgpu.kube.api.resource_types import NODES, PODS, Resource
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
 

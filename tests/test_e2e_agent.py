@@ -21,7 +21,7 @@ from kgpu.agent.publish import DevicePublisher
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.event_recorder import EventRecorder
-from kgpu.kube.api.resources import DEVICES, EVENTS
+from kgpu.kube.api.resource_types import DEVICES, EVENTS
 from kgpu.kube.objects.device_cr import devices_from_k8s
 from tests.gpu_probes import hgx_h100
 from tests.kube_objects import allocation_of, node_obj, wait_until

@@ -23,7 +23,7 @@ from kgpu.agent.nvml import NvmlProbe
 from kgpu.agent.probe import ProbeError
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
-from kgpu.kube.api.resources import DEVICES
+from kgpu.kube.api.resource_types import DEVICES
 from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
 from tests.test_e2e_webhook import api, crds  # noqa: F401

@@ -34,7 +34,7 @@ import pytest
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
-from kgpu.kube.api.resources import EVENTS, NODES, PODS, Resource
+from kgpu.kube.api.resource_types import EVENTS, NODES, PODS, Resource
 from tests.inputs import KUBE_APISERVER_TOOLS, e2e_kubeconfig, require_input
 from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, wait_until
 

@@ -29,7 +29,7 @@ import pytest
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError, NotFound
-from kgpu.kube.api.resources import DEVICES, EVENTS, NODES, PODS
+from kgpu.kube.api.resource_types import DEVICES, EVENTS, NODES, PODS
 from kgpu.kube.objects.device_cr import devices_from_k8s
 from tests.inputs import KUBE_NODE_TOOLS, E2eNode, e2e_node, require_input
 from tests.kube_objects import SCHEDULER, allocation_of, gpu_use, wait_until

@@ -15,7 +15,7 @@ import pytest
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
-from kgpu.kube.api.resources import PODGROUPS, PRIORITY_CLASSES
+from kgpu.kube.api.resource_types import PODGROUPS, PRIORITY_CLASSES
 from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
 from tests.test_e2e_queues import crds  # noqa: F401

@@ -16,7 +16,7 @@ import pytest
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError
-from kgpu.kube.api.resources import PODGROUPS, QUEUES, Resource
+from kgpu.kube.api.resource_types import PODGROUPS, QUEUES, Resource
 from kgpu.kube.install.crds import custom_resource_definitions
 from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401

@@ -23,7 +23,7 @@ from kgpu.kube.api.errors import (
     Unavailable,
 )
 from kgpu.kube.api.informer import Informer
-from kgpu.kube.api.resources import NODES, PODS, QUEUES
+from kgpu.kube.api.resource_types import NODES, PODS, QUEUES
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj, wait_until
 

@@ -13,7 +13,7 @@ import pytest
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.informer import Informer
-from kgpu.kube.api.resources import PRIORITY_CLASSES
+from kgpu.kube.api.resource_types import PRIORITY_CLASSES
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler
 from kgpu.kube.snapshot.session_input import QueueReader

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from kgpu.agent.inventory import Inventory
-from kgpu.kube.api.resources import CRD_GROUP, CRD_VERSION, DEVICES
+from kgpu.kube.api.resource_types import CRD_GROUP, CRD_VERSION, DEVICES
 from kgpu.kube.objects.conditions import condition, merge_conditions
 from kgpu.kube.objects.device_cr import CHECKPOINT_ANNOTATIONS, GPU_MEMORY, TOPOLOGY_ANNOTATION
 

@@ -17,7 +17,7 @@ from kgpu.agent.inventory import Inventory
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, Forbidden, NotFound
 from kgpu.kube.api.event_recorder import now_rfc3339
-from kgpu.kube.api.resources import DEVICES, NODES, resource_version
+from kgpu.kube.api.resource_types import DEVICES, NODES, resource_version
 
 log = logging.getLogger(__name__)
 _ATTEMPTS: Final = 5

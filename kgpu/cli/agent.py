@@ -208,7 +208,7 @@ def agent(
 def _node_labels(client: KubeClient, node: str) -> dict[str, str]:
     """The Node's labels; none where it cannot be read (the agent runs on regardless)."""
     from kgpu.kube.api.errors import KubeError
-    from kgpu.kube.api.resources import NODES
+    from kgpu.kube.api.resource_types import NODES
 
     try:
         labels = client.get(NODES, node).get("metadata", {}).get("labels") or {}

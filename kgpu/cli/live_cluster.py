@@ -139,7 +139,7 @@ def webhook(
     from kgpu.kube.admission.review import WorkspaceNodes
     from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
     from kgpu.kube.api.errors import KubeError
-    from kgpu.kube.api.resources import WEBHOOK_PATH
+    from kgpu.kube.api.resource_types import WEBHOOK_PATH
     from kgpu.kube.install.webhook_certs import generate_tls
     from kgpu.kube.workspaces.node_source import ListedNodes
 

@@ -2,7 +2,7 @@
 
 A pod asking for a share of a GPU counts that share (half a GPU: 500); whole GPUs count
 1000 each. Some requests take a share that depends on the GPU they get
-(:mod:`kgpu.state.devices`), and count that share:
+(:mod:`kgpu.state.device_tables`), and count that share:
 
 - memory only (KAI's ``gpu-memory``): ``ceil(memory_mib * 1000 / cap)`` of a GPU of
   ``cap`` MiB (:func:`~kgpu.model.resources.gpu_memory_share`): 20 GiB of an 80 GiB GPU

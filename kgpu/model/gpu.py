@@ -15,7 +15,7 @@ KAI's ``gpu-fraction``/``gpu-memory`` annotations, ``nvidia.com/gpu.shared``,
   and take no GPU slot.
 
 What a request takes of a GPU therefore depends on the node for memory-sized and MPS
-requests; :mod:`kgpu.state.devices` resolves it.
+requests; :mod:`kgpu.state.device_tables` resolves it.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class GpuRequest:
     def proportional(self) -> bool:
         """A plain request whose memory is its compute share: what every trace pod is.
 
-        Only these use the single-number fast paths of filters; see ``kgpu.state.devices``.
+        Only these use the single-number fast paths of filters; see ``kgpu.state.device_tables``.
         """
         return self._proportional
 

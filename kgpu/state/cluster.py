@@ -32,7 +32,7 @@ from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.topology import GpuLinks, nearest
 from kgpu.model.units import MILLI_PER_GPU
-from kgpu.state.devices import DeviceTables, free_devices, gpu_need
+from kgpu.state.device_tables import DeviceTables, free_devices, gpu_need
 from kgpu.state.records import Allocation, AllocationError
 
 __all__ = ["Allocation", "AllocationError", "ClusterState"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kgpu.model.gpu import GpuRequest, mig_instances
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import ClusterState
-from kgpu.state.devices import free_devices
+from kgpu.state.device_tables import free_devices
 
 
 def hold_rest(state: ClusterState, key: PodKey, node: int) -> int:

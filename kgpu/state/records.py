@@ -26,7 +26,7 @@ class Allocation(NamedTuple):
     cpu_milli: int
     memory_mib: int
     gpu_memory: tuple[int, ...] = ()
-    odd: bool = False  # its memory is not its compute share (see kgpu.state.devices)
+    odd: bool = False  # its memory is not its compute share (see kgpu.state.device_tables)
     mig_profile: int = -1
     mig_count: int = 0
     rdma: tuple[int, ...] = ()

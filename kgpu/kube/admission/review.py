@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kgpu.kube.api.resources import CRD_GROUP
+from kgpu.kube.api.resource_types import CRD_GROUP
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
 from kgpu.kube.workspaces.node_source import NodeSource, NodesUnavailable

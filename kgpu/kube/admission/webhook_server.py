@@ -25,7 +25,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from kgpu.kube.admission.review import ReviewError, WorkspaceNodes, review
-from kgpu.kube.api.resources import WEBHOOK_PATH
+from kgpu.kube.api.resource_types import WEBHOOK_PATH
 
 log = logging.getLogger("kgpu.webhook")
 

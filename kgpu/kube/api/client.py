@@ -41,7 +41,7 @@ from kgpu.kube.api.errors import (
     from_exception,
     from_status,
 )
-from kgpu.kube.api.resources import PODS, Resource
+from kgpu.kube.api.resource_types import PODS, Resource
 from kgpu.kube.api.watch_stream import Watch
 
 Body = Mapping[str, Any] | Sequence[Mapping[str, Any]]

@@ -20,7 +20,7 @@ from typing import Any
 from kgpu.kube.api.backoff import Backoff
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, TemporaryError
-from kgpu.kube.api.resources import EVENTS, meta
+from kgpu.kube.api.resource_types import EVENTS, meta
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from typing import Any
 from kgpu.kube.api.backoff import Backoff
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Expired, KubeError, NotFound
-from kgpu.kube.api.resources import Resource, object_key, resource_version
+from kgpu.kube.api.resource_types import Resource, object_key, resource_version
 from kgpu.kube.api.watch_stream import Watch
 
 log = logging.getLogger(__name__)

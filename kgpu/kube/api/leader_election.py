@@ -24,7 +24,7 @@ from typing import Any
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
-from kgpu.kube.api.resources import LEASES
+from kgpu.kube.api.resource_types import LEASES
 
 log = logging.getLogger(__name__)
 

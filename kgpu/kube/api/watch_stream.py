@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgpu.kube.api.errors import CALL_ERRORS, KubeError, Unavailable, from_exception, from_status
-from kgpu.kube.api.resources import Resource
+from kgpu.kube.api.resource_types import Resource
 
 
 @dataclass(frozen=True, slots=True)

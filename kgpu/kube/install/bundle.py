@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import yaml
 
-from kgpu.kube.api.resources import WEBHOOK_PATH
+from kgpu.kube.api.resource_types import WEBHOOK_PATH
 from kgpu.kube.install.agent_daemonset import agent_objects
 from kgpu.kube.install.crds import GROUP, VERSION, custom_resource_definitions
 from kgpu.kube.install.options import (

@@ -28,7 +28,7 @@ from typing import Any
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
-from kgpu.kube.api.resources import PODS, meta, uid
+from kgpu.kube.api.resource_types import PODS, meta, uid
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, render_allocation
 from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, Difference

@@ -48,7 +48,7 @@ from typing import Any
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError, NotFound, Timeout, Unavailable
-from kgpu.kube.api.resources import PODS, meta, resource_version, uid
+from kgpu.kube.api.resource_types import PODS, meta, resource_version, uid
 
 
 class BindResult(StrEnum):

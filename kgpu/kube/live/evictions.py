@@ -25,7 +25,7 @@ from typing import Any
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
-from kgpu.kube.api.resources import PODS, meta, uid
+from kgpu.kube.api.resource_types import PODS, meta, uid
 from kgpu.model.decision import Evict, Nomination
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from kgpu.actions.allocate import Bind, undo
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.event_recorder import NORMAL, WARNING, EventRecorder
 from kgpu.kube.api.informer import Informer
-from kgpu.kube.api.resources import uid
+from kgpu.kube.api.resource_types import uid
 from kgpu.kube.live.binder import BindOutcome, BindResult, bind_pod
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.waiting import WaitingBook

@@ -51,7 +51,7 @@ from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
 from kgpu.kube.api.informer import Informer
-from kgpu.kube.api.resources import meta, object_key, resource_version, uid
+from kgpu.kube.api.resource_types import meta, object_key, resource_version, uid
 from kgpu.kube.live.allocation_correction import AllocationCorrector
 from kgpu.kube.live.carry_out import Decided, ResultCarrier
 from kgpu.kube.live.evictions import Evictor

@@ -27,7 +27,7 @@ from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.event_recorder import EventRecorder
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.leader_election import LeaderElector, LeaseTiming
-from kgpu.kube.api.resources import (
+from kgpu.kube.api.resource_types import (
     CUSTOM_RESOURCES,
     DEVICES,
     NODES,

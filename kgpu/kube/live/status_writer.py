@@ -38,7 +38,7 @@ from kgpu.framework.session_result import JobFigures, QueueFigures, SessionResul
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.event_recorder import now_rfc3339
-from kgpu.kube.api.resources import PODGROUPS, QUEUES, Resource, meta, resource_version, uid
+from kgpu.kube.api.resource_types import PODGROUPS, QUEUES, Resource, meta, resource_version, uid
 from kgpu.kube.objects.queue_podgroup import quantity_text
 from kgpu.kube.snapshot.session_input import QueueObjects
 from kgpu.model.job import JobKey

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
-from kgpu.kube.api.resources import object_key, resource_version, uid
+from kgpu.kube.api.resource_types import object_key, resource_version, uid
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod
 from kgpu.model.pod import PodKey

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final
 
-from kgpu.kube.api.resources import meta, parse_time
+from kgpu.kube.api.resource_types import meta, parse_time
 from kgpu.kube.objects.fields import MISSING, ConversionError, Fields, show
 from kgpu.model.card import (
     QUOTA_ANNOTATION,

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from kgpu.autoscale.observed import ObservedNode, ObservedNodeClaim
-from kgpu.kube.api.resources import Resource, parse_time
+from kgpu.kube.api.resource_types import Resource, parse_time
 from kgpu.model.nodepool import (
     CATALOGUE,
     INSTANCE_TYPE_LABEL,

@@ -37,7 +37,7 @@ from kgpu.autoscale.demand import UnplacedPod
 from kgpu.autoscale.observed import Actions, Observed
 from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
-from kgpu.kube.api.resources import PODS, Resource
+from kgpu.kube.api.resource_types import PODS, Resource
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.scaling.karpenter_objects import observed_node, observed_nodeclaim
 from kgpu.kube.scaling.trigger_pods import (

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from kgpu.autoscale.demand import DemandGroup, TriggerSpec, UnplacedPod
 from kgpu.autoscale.observed import ObservedTrigger
-from kgpu.kube.api.resources import parse_time
+from kgpu.kube.api.resource_types import parse_time
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s
 from kgpu.kube.objects.queue_podgroup import GANG_ANNOTATIONS
 from kgpu.model.nodepool import (

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgpu.kube.api.resources import meta, object_key
+from kgpu.kube.api.resource_types import meta, object_key
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, DeviceAllocation
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
 from kgpu.kube.snapshot.allocation_rebuild import account_recorded, account_unrecorded

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kgpu.kube.api.resources import meta
+from kgpu.kube.api.resource_types import meta
 from kgpu.kube.objects.device_allocation import (
     ALLOCATION_ANNOTATION,
     VISIBLE_DEVICES_ANNOTATION,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kgpu.framework.session_snapshot import Snapshot
-from kgpu.kube.api.resources import meta, object_key, parse_time, resource_version, uid
+from kgpu.kube.api.resource_types import meta, object_key, parse_time, resource_version, uid
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.objects.queue_podgroup import (
     pod_group_of,

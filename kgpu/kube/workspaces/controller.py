@@ -36,7 +36,7 @@ from kgpu.framework.group_scheduler import NO_SUITABLE_GROUP, GroupScheduler, No
 from kgpu.framework.groups import NodeGroupKey
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, NotFound
-from kgpu.kube.api.resources import NODES, WORKSPACES, Resource
+from kgpu.kube.api.resource_types import NODES, WORKSPACES, Resource
 from kgpu.kube.objects.conditions import condition, merge_conditions
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.workspaces.placement_check import (

@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 
 from kgpu.kube.api.client import KubeClient, Timeouts, load_configuration
 from kgpu.kube.api.errors import KubeError
-from kgpu.kube.api.resources import NODES
+from kgpu.kube.api.resource_types import NODES
 
 # Inside the hook's 5 s, with room for the TLS round trip back to the API server.
 WEBHOOK_TIMEOUTS: Final = Timeouts(connect=2.0, request=3.0)

@@ -35,7 +35,7 @@ from kgpu.kube.api.backoff import Backoff
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.informer import Informer
-from kgpu.kube.api.resources import WORKSPACES, object_key
+from kgpu.kube.api.resource_types import WORKSPACES, object_key
 from kgpu.kube.workspaces.controller import WorkspaceController
 from kgpu.kube.workspaces.placement_check import DEFAULT_GROUP_PROFILE
 

@@ -9,7 +9,7 @@ and FPGA devices are counted per node.
 Plain shares and whole GPUs (every trace pod) take the old path: one comparison per node
 against the row summaries ``gpu_max_free`` and ``gpu_idle_count``. Memory needs a look only
 on nodes holding an allocation whose memory is not its compute share (``gpu_odd``); see
-:mod:`kgpu.state.devices` for why the others cannot run out of memory first.
+:mod:`kgpu.state.device_tables` for why the others cannot run out of memory first.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.plugins import names
 from kgpu.state.cluster import ClusterState
-from kgpu.state.devices import gpu_need
+from kgpu.state.device_tables import gpu_need
 
 
 def allowed_model_mask(state: ClusterState, models: tuple[str, ...], nodes: IntArray) -> BoolArray:
@@ -44,7 +44,7 @@ def gpu_needs(
     state: ClusterState, req: GpuRequest, nodes: IntArray
 ) -> tuple[BoolArray, IntArray, IntArray]:
     """Per node and GPU slot (K,G): can a GPU of that kind serve ``req`` at all, and the
-    milli and MiB it takes there (the vector form of ``kgpu.state.devices.gpu_need``)."""
+    milli and MiB it takes there (the vector form of ``kgpu.state.device_tables.gpu_need``)."""
     cap = state.gpu_mem_cap[nodes]
     usable = state.gpu_exists[nodes]
     if req.kind is GpuKind.MPS:
