@@ -35,7 +35,9 @@ class PodDevices:
 class KubeletDouble:
     """Serves ``apis`` (v1, v1alpha1 or both) on ``socket`` while in a ``with`` block.
     ``allocatable`` False: v1's GetAllocatableResources answers UNIMPLEMENTED, as a kubelet
-    1.20 does. ``calls`` records each call, as "v1/List"."""
+    1.20 does. ``calls`` records each call, as "v1/List". ``unavailable``: how many of the
+    next calls are answered UNAVAILABLE, as by a kubelet restarting or a dropped connection
+    (a fault a real kubelet does not make on demand)."""
 
     def __init__(
         self,
@@ -51,6 +53,7 @@ class KubeletDouble:
         self.devices: dict[str, list[str]] = {}  # by resource: what the plugins registered
         self.numa: dict[str, int] = {}  # a device's NUMA node, where it has one
         self.calls: list[str] = []
+        self.unavailable = 0
         self._server: grpc.Server | None = None
 
     def give(self, namespace: str, name: str, container: str, resource: str, *ids: str) -> None:
@@ -60,6 +63,12 @@ class KubeletDouble:
             pod = PodDevices(namespace, name)
             self.pods.append(pod)
         pod.containers.setdefault(container, {}).setdefault(resource, []).extend(ids)
+
+    def called(self, name: str, context: grpc.ServicerContext) -> None:
+        self.calls.append(name)
+        if self.unavailable > 0:
+            self.unavailable -= 1
+            context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
 
     def register(self, resource: str, *ids: str) -> None:
         self.devices.setdefault(resource, []).extend(ids)
@@ -108,11 +117,11 @@ class _V1:
         self.kubelet = kubelet
 
     def List(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self.kubelet.calls.append("v1/List")
+        self.kubelet.called("v1/List", context)
         return self.kubelet.answer(v1)
 
     def GetAllocatableResources(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self.kubelet.calls.append("v1/GetAllocatableResources")
+        self.kubelet.called("v1/GetAllocatableResources", context)
         if not self.kubelet.allocatable:
             context.abort(
                 grpc.StatusCode.UNIMPLEMENTED, "method GetAllocatableResources not implemented"
@@ -135,7 +144,7 @@ class _V1alpha1:
         self.kubelet = kubelet
 
     def List(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self.kubelet.calls.append("v1alpha1/List")
+        self.kubelet.called("v1alpha1/List", context)
         return self.kubelet.answer(v1alpha1)
 
 

@@ -178,3 +178,38 @@ def test_an_answer_too_large_to_be_a_nodes_is_refused(client: PodResourcesClient
     assert "the answer is larger than 16 MiB, more than a node's pods can hold; refused" in str(
         caught.value
     )
+
+
+def test_a_kubelet_restarted_between_two_rounds_answers_the_next_call(
+    client: PodResourcesClient,
+) -> None:
+    with KubeletDouble(client.socket) as kubelet:
+        _node(kubelet)
+        assert client.pod_devices() == EXPECTED
+    # The kubelet goes and a new one serves a new socket at the same path: the client's
+    # connection to the old one is dead, and the next call still gets the new one's answer.
+    client.socket.unlink(missing_ok=True)
+    with KubeletDouble(client.socket) as kubelet:
+        kubelet.give("team-c", "after", "main", "nvidia.com/gpu", "fake-gpu-1")
+        assert client.pod_devices() == [
+            {
+                "podNamespace": "team-c",
+                "podName": "after",
+                "resourceName": "nvidia.com/gpu",
+                "deviceIDs": ["fake-gpu-1"],
+            }
+        ]
+
+
+def test_an_unavailable_kubelet_is_asked_once_more_then_named_in_the_error(
+    client: PodResourcesClient,
+) -> None:
+    with KubeletDouble(client.socket) as kubelet:
+        _node(kubelet)
+        kubelet.unavailable = 1  # one dropped call: the next one answers
+        assert client.pod_devices() == EXPECTED
+        assert kubelet.calls == ["v1/List", "v1/List"]
+        kubelet.unavailable = 2  # still down on the second try: the round fails, saying so
+        with pytest.raises(PodResourcesError, match=r"v1 List at .*: UNAVAILABLE: kubelet"):
+            client.pod_devices()
+        assert client.api == "v1"  # UNAVAILABLE is not UNIMPLEMENTED: no fall back to v1alpha1

@@ -126,9 +126,16 @@ class PodResourcesClient:
         return f"kubelet pod-resources {call} at {self.socket}"
 
     def _call(self, api: str, method: str, request: Any) -> Any:
-        call = getattr(_STUBS[api](self._open()), method)
         try:
-            return call(request, timeout=self.timeout)
+            try:
+                return getattr(_STUBS[api](self._open()), method)(request, timeout=self.timeout)
+            except grpc.RpcError as exc:
+                if not isinstance(exc, grpc.Call) or exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                # The kubelet restarted (a new socket) or dropped the connection: once more
+                # on a new channel, as a restarted kubelet answers at once.
+                self.close()
+                return getattr(_STUBS[api](self._open()), method)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else None
             details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
