@@ -107,6 +107,19 @@ def test_a_gpu_the_kubelet_stops_listing_keeps_its_minor_and_turns_unhealthy(
     assert discover(probe, second).unhealthy == []
 
 
+def test_a_gpu_listed_later_takes_the_next_minor_and_moves_none(tmp_path: Path) -> None:
+    probe = KubeletGpuProbe(None, _checkpoint(tmp_path, ["fake-gpu-1", "fake-gpu-2"]))
+    first = discover(probe)
+    _checkpoint(tmp_path, ["fake-gpu-3", "fake-gpu-0", "fake-gpu-1", "fake-gpu-2"])
+    second = discover(probe, first)
+    assert [(g.minor, g.uuid) for g in second.gpus] == [
+        (0, "fake-gpu-1"),
+        (1, "fake-gpu-2"),
+        (2, "fake-gpu-0"),
+        (3, "fake-gpu-3"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("registered", "message"),
     [
@@ -130,6 +143,7 @@ def test_a_malformed_registered_list_is_a_probe_error_naming_it(
 def test_the_nodes_gfd_memory_label_in_mib() -> None:
     assert gfd_memory_mib({"nvidia.com/gpu.memory": "81920"}) == 81920
     assert gfd_memory_mib({"nvidia.com/gpu.memory": "lots"}) == 0
+    assert gfd_memory_mib({"nvidia.com/gpu.memory": "8²"}) == 0  # a digit, but not ASCII
     assert gfd_memory_mib({}) == 0
 
 

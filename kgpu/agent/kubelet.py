@@ -79,7 +79,7 @@ def read_checkpoint(path: Path) -> list[dict[str, Any]] | None:
             f"kubelet checkpoint {path}: Data.PodDeviceEntries is {type(entries).__name__}, "
             "expected a list of {PodUID, ResourceName, DeviceIDs}"
         )
-    merged: dict[tuple[str, str], list[str]] = {}
+    merged: dict[tuple[str, str], dict[str, None]] = {}  # ids as keys: in order, once
     for i, entry in enumerate(entries):
         where = f"kubelet checkpoint {path}: Data.PodDeviceEntries[{i}]"
         if not isinstance(entry, dict):
@@ -89,12 +89,10 @@ def read_checkpoint(path: Path) -> list[dict[str, Any]] | None:
             raise CheckpointError(f"{where} has no PodUID or ResourceName string")
         if not resource.startswith(_PREFIX):
             continue
-        ids = merged.setdefault((uid, resource), [])
-        for device in _device_ids(entry.get("DeviceIDs"), where):
-            if device not in ids:
-                ids.append(device)
+        ids = _device_ids(entry.get("DeviceIDs"), where)
+        merged.setdefault((uid, resource), {}).update(dict.fromkeys(ids))
     return [
-        {"podUID": uid, "resourceName": resource, "deviceIDs": ids}
+        {"podUID": uid, "resourceName": resource, "deviceIDs": list(ids)}
         for (uid, resource), ids in merged.items()
     ]
 

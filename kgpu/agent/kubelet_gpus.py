@@ -7,7 +7,8 @@ healthy ones). :class:`KubeletGpuProbe` answers the agent's
 :class:`~kgpu.agent.probe.GpuProbe` questions from them, so the inventory, the Device and
 the loop are those of an NVML node: a GPU's ``uuid`` is the device plugin's id (a UUID
 for NVIDIA's plugin, ``fake-gpu-2`` for a test node's), its minor the id's place in
-natural order (``fake-gpu-10`` after ``fake-gpu-9``), its memory the Node's
+natural order (``fake-gpu-10`` after ``fake-gpu-9``; a GPU listed later takes the next
+minor, so none moves), its memory the Node's
 ``nvidia.com/gpu.memory`` label (GPU feature discovery's, MiB) where there is one.
 What only NVML knows (product, PCI bus id, NVLinks, XIDs) is not claimed: links are
 "SYS", the farthest kind.
@@ -83,9 +84,10 @@ class KubeletGpuProbe:
             log.info("%s GPUs read from the kubelet's %s", self.resource, source)
             self.source = source
         self._listed = {d.id: d.numa for d in found}
+        # New ids take the next minors, in natural order among themselves: a GPU listed
+        # before keeps its minor, which the scheduler's books and pods' records name.
         known = set(self._seen)
-        self._seen += [d.id for d in found if d.id not in known]
-        self._seen.sort(key=natural_key)
+        self._seen += sorted({d.id for d in found if d.id not in known}, key=natural_key)
         return len(self._seen)
 
     def driver_version(self) -> str:
@@ -129,4 +131,5 @@ def gfd_memory_mib(labels: dict[str, str]) -> int:
     """GPU feature discovery's ``nvidia.com/gpu.memory`` (MiB per GPU); 0 where absent or
     not a count."""
     text = labels.get("nvidia.com/gpu.memory", "")
-    return int(text) if text.isdigit() and len(text) <= 9 else 0
+    # ASCII digits only: str.isdigit() also passes "²", which int() refuses.
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else 0

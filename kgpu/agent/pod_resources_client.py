@@ -164,7 +164,8 @@ def pod_entries(pods: Iterable[Any], where: str) -> list[dict[str, Any]]:
     pods = list(pods)
     if len(pods) > MAX_PODS:
         raise PodResourcesError(f"{where}: {len(pods)} pods, more than {MAX_PODS}; refused")
-    merged: dict[tuple[str, str, str], list[str]] = {}
+    # Ids as dict keys: in order, each once, however many containers repeat them.
+    merged: dict[tuple[str, str, str], dict[str, None]] = {}
     for i, pod in enumerate(pods):
         at = f"{where}: pod_resources[{i}]"
         namespace = _token(pod.namespace, f"{at}.namespace", "a namespace")
@@ -179,11 +180,10 @@ def pod_entries(pods: Iterable[Any], where: str) -> list[dict[str, Any]]:
                 resource = devices.resource_name
                 if not resource.startswith(NVIDIA_PREFIX):
                     continue
-                ids = merged.setdefault((namespace, name, resource), [])
                 found = _ids(devices.device_ids, f"{at}.containers[{c}].devices[{d}]")
-                ids += [device for device in found if device not in ids]
+                merged.setdefault((namespace, name, resource), {}).update(dict.fromkeys(found))
     return [
-        {"podNamespace": ns, "podName": name, "resourceName": resource, "deviceIDs": ids}
+        {"podNamespace": ns, "podName": name, "resourceName": resource, "deviceIDs": list(ids)}
         for (ns, name, resource), ids in merged.items()
     ]
 
