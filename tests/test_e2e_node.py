@@ -103,8 +103,13 @@ class NodeWorkspace:
         items = self.client.list(PODS, namespace=self.namespace).items
         return {p["metadata"]["name"]: p for p in items}
 
+    def running_pods(self) -> dict[str, dict[str, Any]]:
+        return {
+            n: p for n, p in self.pods().items() if p.get("status", {}).get("phase") == "Running"
+        }
+
     def running(self) -> set[str]:
-        return {n for n, p in self.pods().items() if p.get("status", {}).get("phase") == "Running"}
+        return set(self.running_pods())
 
     def events(self, reason: str) -> list[dict[str, Any]]:
         items = self.client.list(EVENTS, namespace=self.namespace).items
@@ -359,18 +364,14 @@ def _device(workspace: NodeWorkspace) -> dict[str, Any]:
         return {}
 
 
+def _gpu_count(device: dict[str, Any]) -> int:
+    return len(devices_from_k8s(device).gpus) if device else 0
+
+
 def _published_gpus(workspace: NodeWorkspace, log: Path) -> dict[int, str]:
     """Once the agent has published all the node's GPUs: their ids by minor."""
     try:
-        wait_until(
-            lambda: (
-                len(devices_from_k8s(_device(workspace)).gpus) == GPUS
-                if _device(workspace)
-                else False
-            ),
-            timeout=60,
-            every=0.5,
-        )
+        wait_until(lambda: _gpu_count(_device(workspace)) == GPUS, timeout=60, every=0.5)
     except AssertionError:
         raise AssertionError(log.read_text()[-3000:]) from None
     return {g.minor: g.uuid for g in devices_from_k8s(_device(workspace)).gpus}
@@ -411,10 +412,9 @@ def _books_agree(workspace: NodeWorkspace, ids_by_minor: dict[int, str], runs: i
     the same GPUs by minor."""
 
     def agree() -> bool:
-        pods = {n: p for n, p in workspace.pods().items() if n in workspace.running()}
         return all(
             _annotated_ids(pod, ids_by_minor) == sorted(workspace.visible(name, runs))
-            for name, pod in pods.items()
+            for name, pod in workspace.running_pods().items()
         )
 
     try:
@@ -422,8 +422,7 @@ def _books_agree(workspace: NodeWorkspace, ids_by_minor: dict[int, str], runs: i
     except AssertionError:
         told = {
             n: (allocation_of(p)[1], workspace.visible(n, runs))
-            for n, p in workspace.pods().items()
-            if n in workspace.running()
+            for n, p in workspace.running_pods().items()
         }
         raise AssertionError(f"annotated minors vs seen ids: {told}") from None
     for pod in workspace.pods().values():
