@@ -100,10 +100,29 @@ def lowest_free(state: ClusterState, spec: PodSpec, node: int) -> tuple[int, ...
 def _checkpointed(
     state: ClusterState, spec: PodSpec, node: int, claimed: tuple[int, ...] | None
 ) -> tuple[int, ...] | None:
-    """The GPUs the kubelet's checkpoint says this pod holds, if they are all free."""
+    """The GPUs the kubelet's checkpoint says this pod holds, if it can hold them."""
+    if claimed is None or claim_problem(state, spec, node, claimed):
+        return None
+    return claimed
+
+
+def minors_of(state: ClusterState, node: int, slots: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(state.devices[node].gpus[s].minor for s in slots))
+
+
+def claim_problem(state: ClusterState, spec: PodSpec, node: int, slots: tuple[int, ...]) -> str:
+    """Why the pod cannot be accounted on the GPU ``slots`` the kubelet says it holds; ""
+    when it can: it asks whole GPUs, as many, and kgpu's books have them free."""
     req = spec.gpu
-    if claimed is None or req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
-        return None
-    if len(claimed) != req.count:
-        return None
-    return claimed if not state.fits(spec, node, claimed) else None
+    minors = minors_of(state, node, slots)
+    if req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
+        return f"it asks a share of a GPU, yet the kubelet gave it whole GPUs {list(minors)}"
+    if len(slots) != req.count:
+        return f"it asks {req.count} GPUs, yet the kubelet gave it GPUs {list(minors)}"
+    why = state.fits(spec, node, slots)
+    if why:
+        return (
+            f"GPUs {list(minors)} of {state.nodes[node].name} have no room for it in kgpu's "
+            f"books ({why}): another pod holds them there, or they are unhealthy"
+        )
+    return ""

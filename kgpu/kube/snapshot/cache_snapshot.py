@@ -38,14 +38,13 @@ from typing import Any
 from kgpu.kube.api.resource_types import meta, object_key
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, DeviceAllocation
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
-from kgpu.kube.snapshot.allocation_rebuild import account_recorded, account_unrecorded
-from kgpu.kube.snapshot.conversion_cache import ConversionCache, PodReading, pod_fields
-from kgpu.kube.snapshot.kubelet_claims import (
-    Difference,
-    KubeletClaims,
-    account_claimed,
+from kgpu.kube.snapshot.allocation_rebuild import (
+    account_recorded,
+    account_unrecorded,
     minors_of,
 )
+from kgpu.kube.snapshot.conversion_cache import ConversionCache, PodReading, pod_fields
+from kgpu.kube.snapshot.kubelet_claims import Difference, KubeletClaims, account_claimed
 from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import ClusterState

@@ -24,12 +24,10 @@ from typing import Any
 
 from kgpu.kube.objects.device_allocation import DeviceAllocation
 from kgpu.kube.objects.device_cr import WHOLE_GPU_RESOURCE
-from kgpu.kube.snapshot.allocation_rebuild import account_recorded
+from kgpu.kube.snapshot.allocation_rebuild import account_recorded, claim_problem, minors_of
 from kgpu.kube.snapshot.conversion_cache import PodReading
 from kgpu.model.devices import Checkpoint
-from kgpu.model.gpu import GpuKind
 from kgpu.model.pod import PodKey, PodSpec
-from kgpu.model.units import MILLI_PER_GPU
 from kgpu.state.cluster import ClusterState
 
 # Stray entries a report names before it says how many more there are.
@@ -118,26 +116,13 @@ class KubeletClaims:
         }
 
 
-def minors_of(state: ClusterState, node: int, slots: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(sorted(state.devices[node].gpus[s].minor for s in slots))
-
-
 def account_claimed(
     state: ClusterState, spec: PodSpec, node: int, found: DeviceAllocation, slots: tuple[int, ...]
 ) -> str:
     """Account a pod of ours on the GPU ``slots`` the kubelet gave it instead of those its
     annotation ``found`` names; "" if done, else why not (nothing is then allocated)."""
-    req = spec.gpu
-    minors = minors_of(state, node, slots)
-    name = state.nodes[node].name
-    if req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
-        return f"it asks a share of a GPU, yet the kubelet gave it whole GPUs {list(minors)}"
-    if len(slots) != req.count:
-        return f"it asks {req.count} GPUs, yet the kubelet gave it GPUs {list(minors)}"
-    why = state.fits(spec, node, slots)
+    why = claim_problem(state, spec, node, slots)
     if why:
-        return (
-            f"GPUs {list(minors)} of {name} have no room for it in kgpu's books ({why}): "
-            "another pod holds them there, or they are unhealthy"
-        )
+        return why
+    minors = minors_of(state, node, slots)
     return account_recorded(state, spec, node, replace(found, minors=minors, memory_mib=()))
