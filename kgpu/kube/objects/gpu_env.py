@@ -1,0 +1,94 @@
+"""How a pod whose GPUs the kubelet does not hand out learns which GPU is its own.
+
+A pod that asks the device plugin (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``,
+``nvidia.com/mig-*``) gets ``NVIDIA_VISIBLE_DEVICES`` from the plugin's ``Allocate``. Every
+other GPU request kgpu places (``gpu-fraction``, ``gpu-memory``, Koordinator's
+``kubernetes.io/gpu*``) asks the kubelet for nothing; its GPU is held by a reservation pod
+(:mod:`kgpu.kube.objects.reservation_pod`), and its containers read their GPU from a
+ConfigMap in the pod's namespace:
+
+- the admission webhook, at the pod's CREATE, names the ConfigMap in the pod's annotation
+  ``kgpu.io/gpu-env-configmap`` and points each container's ``NVIDIA_VISIBLE_DEVICES`` (and
+  the optional MPS limits) at its keys, replacing whatever the pod set; an env entry wins
+  over the image's ``ENV``, so the image cannot widen it either;
+- ``kgpu run`` writes the ConfigMap once the GPU the reservation holds is the one the pod's
+  allocation names (:mod:`kgpu.kube.live.gpu_env_writer`). Until then the kubelet does not
+  start the container (``CreateContainerConfigError``, retried): a share never runs on an
+  unconfirmed GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from kgpu.kube.api.resource_types import meta
+from kgpu.model.units import MILLI_PER_GPU
+
+ENV_CONFIGMAP_ANNOTATION: Final = "kgpu.io/gpu-env-configmap"
+ENV_CONFIGMAP_PREFIX: Final = "kgpu-gpu-env-"
+# The ConfigMaps kgpu writes carry this label (value: the pod's name is too long for a
+# label), so an operator can list them.
+ENV_CONFIGMAP_LABEL: Final = "kgpu.io/gpu-env"
+VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+MPS_THREADS: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_MEMORY: Final = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+# What the webhook controls in every container; a pod's own values for these are dropped.
+CONTROLLED: Final = (VISIBLE_DEVICES, MPS_THREADS, MPS_MEMORY)
+# NVIDIA's container toolkit: "void" (or empty) means not a GPU container at all.
+NO_GPU: Final = "void"
+# A node whose GPUs run NVIDIA's MPS control daemon (GPU feature discovery's label).
+MPS_CAPABLE_LABEL: Final = "nvidia.com/mps.capable"
+DEVICE_PLUGIN_PREFIX: Final = "nvidia.com/"
+
+_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def asks_device_plugin(pod: Mapping[str, Any]) -> bool:
+    """Does any container ask an ``nvidia.com/`` resource (the device plugin's)?"""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    for group in ("containers", "initContainers"):
+        containers = spec.get(group)
+        for container in containers if isinstance(containers, list) else ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for kind in ("limits", "requests"):
+                amounts = resources.get(kind)
+                if isinstance(amounts, Mapping) and any(
+                    str(name).startswith(DEVICE_PLUGIN_PREFIX) for name in amounts
+                ):
+                    return True
+    return False
+
+
+def env_configmap(pod: Mapping[str, Any]) -> str | None:
+    """The ConfigMap the webhook named for the pod; None when it named none (or the value
+    is not a name the webhook would have written)."""
+    annotations = meta(pod).get("annotations")
+    value = annotations.get(ENV_CONFIGMAP_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if (
+        isinstance(value, str)
+        and value.startswith(ENV_CONFIGMAP_PREFIX)
+        and len(value) <= 63
+        and _NAME.fullmatch(value)
+    ):
+        return value
+    return None
+
+
+def env_values(uuid: str, milli: int, memory_mib: int, mps: bool) -> dict[str, str]:
+    """The ConfigMap's data for a pod that holds ``milli`` thousandths and ``memory_mib`` MiB
+    of the GPU ``uuid``; with ``mps``, the limits NVIDIA's MPS enforces: the share of the
+    GPU's threads (whole percent, rounded up so a share never gets 0) and the memory the
+    client may pin on its one visible device, index 0."""
+    data = {VISIBLE_DEVICES: uuid}
+    if mps and milli < MILLI_PER_GPU:
+        data[MPS_THREADS] = str(max(1, math.ceil(milli / 10)))
+        if memory_mib > 0:
+            data[MPS_MEMORY] = f"0={memory_mib}M"
+    return data
