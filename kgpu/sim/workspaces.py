@@ -160,7 +160,9 @@ def simulate_workspaces(
         try:
             workspace = workspace_from_k8s(doc.obj)
         except ConversionError as exc:
-            run.results.append(WorkspaceResult(key, doc.source, WorkspaceOutcome.DENIED, message=str(exc)))
+            run.results.append(
+                WorkspaceResult(key, doc.source, WorkspaceOutcome.DENIED, message=str(exc))
+            )
             continue
         placement = place_workspace(scheduler, workspace, group_nodes(nodes.values()))
         if isinstance(placement, NoGroup):

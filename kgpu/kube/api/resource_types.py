@@ -41,6 +41,7 @@ class Resource:
 NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
 PODS: Final = Resource("", "v1", "pods", "Pod", namespaced=True)
 EVENTS: Final = Resource("", "v1", "events", "Event", namespaced=True)
+CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 # Cached by the loop (a PodGroup's spec.priorityClassName is its job's priority) and written
 # by the autoscaler (its trigger pods' class).

@@ -12,6 +12,10 @@ by another pod in kgpu's books, unhealthy, or not as many as the pod asks) nothi
 written: a Warning ``DeviceAllocationConflict`` and ``kgpu_device_allocation_conflicts_total``
 report it, and the books keep the annotation.
 
+A share (its GPU held by a reservation pod, :mod:`kgpu.kube.snapshot.reservations`) is
+corrected the same way when its reservation holds another GPU than it records; the
+messages then name the reservation.
+
 Each difference is acted on once: not again while the cache still shows the pod as it was
 before the patch, nor while a conflict stays the same. A patch that fails is tried again by
 the next session; a pod gone (404) or replaced (409) needs nothing.
@@ -47,6 +51,12 @@ _Mark = tuple[str, tuple[int, ...], tuple[int, ...], bool]
 
 def _gpus(minors: tuple[int, ...]) -> str:
     return ("GPU " if len(minors) == 1 else "GPUs ") + ",".join(map(str, minors))
+
+
+def _given(d: Difference) -> str:
+    if d.reservation:  # a share: the kubelet gave its GPU to the reservation pod
+        return f"the kubelet gave this pod's GPU reservation ({d.reservation})"
+    return "the kubelet gave this pod"
 
 
 class AllocationCorrector:
@@ -89,7 +99,7 @@ class AllocationCorrector:
 
     def _report_conflict(self, d: Difference) -> None:
         message = (
-            f"the kubelet gave this pod {_gpus(d.kubelet)} of node {d.node}, not "
+            f"{_given(d)} {_gpus(d.kubelet)} of node {d.node}, not "
             f"{_gpus(d.recorded)} as annotation {ALLOCATION_ANNOTATION} says, but {d.conflict}; "
             f"kgpu counts {_gpus(d.recorded)} as the pod's until this is resolved"
         )
@@ -113,7 +123,7 @@ class AllocationCorrector:
             self._forget(d.key, mark)  # the next session tries again
             return
         message = (
-            f"the kubelet gave this pod {_gpus(d.kubelet)} of node {d.node}, not "
+            f"{_given(d)} {_gpus(d.kubelet)} of node {d.node}, not "
             f"{_gpus(d.recorded)} as annotation {ALLOCATION_ANNOTATION} said; the annotation "
             f"now names {_gpus(d.kubelet)} and kgpu counts them as the pod's"
         )

@@ -38,6 +38,7 @@ from kgpu.kube.live.binder import BindOutcome, BindResult, bind_pod
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.waiting import WaitingBook
 from kgpu.kube.objects.device_allocation import render_allocation
+from kgpu.kube.objects.gpu_env import asks_device_plugin
 from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, pod_fields
 from kgpu.model.pod import PodKey
 from kgpu.state.records import Allocation
@@ -85,7 +86,10 @@ class HandOver:
         if current is None or uid(current) != uid(seen.obj) or pod_fields(current)[1]:
             undo(snap.state, bind)  # deleted (or bound by someone) while the session decided
             return
-        entry = Assumed(uid(current), seen.spec, bind.node, bind.gpus)
+        # GPUs held through reservation pods, not from the device plugin: the next session
+        # keeps a reservation for them while the bind is in flight.
+        backed = bool(bind.gpus) and not asks_device_plugin(current)
+        entry = Assumed(uid(current), seen.spec, bind.node, bind.gpus, backed=backed)
         # Everything the pod holds on its node (GPU minors and memory, MIG, RDMA, FPGA),
         # not only whole or shared GPUs: the node agent reads the devices from here.
         held = alloc.gpus or alloc.rdma or alloc.fpga or alloc.mig_count

@@ -55,10 +55,14 @@ from kgpu.kube.api.resource_types import meta, object_key, resource_version, uid
 from kgpu.kube.live.allocation_correction import AllocationCorrector
 from kgpu.kube.live.carry_out import Decided, ResultCarrier
 from kgpu.kube.live.evictions import Evictor
+from kgpu.kube.live.gpu_env_writer import GpuEnvWriter
+from kgpu.kube.live.gpu_reservations import ReservationKeeper
 from kgpu.kube.live.handover import HandOver
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.status_writer import StatusWriter
 from kgpu.kube.live.waiting import WaitingBook, WaitTimes
+from kgpu.kube.objects.gpu_env import asks_device_plugin
+from kgpu.kube.objects.reservation_pod import ReservationConfig, is_reservation
 from kgpu.kube.snapshot.cache_snapshot import (
     Assumed,
     CacheSnapshot,
@@ -93,6 +97,10 @@ class LoopConfig:
     # ended, a bind of unknown outcome expired or a status write is to be retried; a change
     # of the caches wakes it at once.
     idle_wait: float = 1.0
+    # Shares held through reservation pods and given their GPU by a ConfigMap
+    # (kgpu.kube.live.gpu_reservations, kgpu.kube.live.gpu_env_writer); None: shares are
+    # only accounted, as in a cluster without kgpu's mutating webhook.
+    reservations: ReservationConfig | None = None
 
 
 @dataclass(slots=True)
@@ -145,7 +153,10 @@ class SchedulerLoop:
         self.priority_classes = priority_classes
         self._queue_reader = QueueReader()
         self._synced = synced or (lambda: nodes.synced.is_set() and pods.synced.is_set())
-        self._builder = SnapshotBuilder(self.config.scheduler_name)
+        shares = self.config.reservations
+        self._builder = SnapshotBuilder(
+            self.config.scheduler_name, shares.namespace if shares is not None else None
+        )
         self._lock = threading.Lock()
         self._assumed: dict[PodKey, Assumed] = {}
         self._reported: dict[tuple[str, str], str] = {}  # (uid, reason) -> version warned
@@ -159,6 +170,11 @@ class SchedulerLoop:
         self._corrector = AllocationCorrector(
             client, recorder, metrics, self._pool.submit, is_leader
         )
+        self._keeper: ReservationKeeper | None = None
+        self._env: GpuEnvWriter | None = None
+        if shares is not None:
+            self._keeper = ReservationKeeper(client, shares, self._pool.submit, is_leader)
+            self._env = GpuEnvWriter(client, recorder, self._pool.submit, is_leader, nodes.get)
         c = self.config
         times = WaitTimes(c.backoff_initial, c.backoff_max, c.unschedulable_retry, c.event_repeat)
         self._book = WaitingBook(times, self._lock, recorder, metrics)
@@ -206,10 +222,15 @@ class SchedulerLoop:
 
     def _pod_changed(self, kind: str, obj: dict[str, Any]) -> None:
         scheduler, node, phase, _ = pod_fields(obj)
-        if kind == "DELETED" or (node and phase in ("Succeeded", "Failed")):
+        shares = self.config.reservations
+        if shares is not None and is_reservation(obj, shares.namespace):
+            self._cluster_changed()  # a reservation came, went, or failed: shares move
+        elif kind == "DELETED" or (node and phase in ("Succeeded", "Failed")):
             self._cluster_changed()  # room was freed
         elif scheduler == self.config.scheduler_name and node:
             self._bound_changed = True
+            if self._keeper is not None and not asks_device_plugin(obj):
+                self._wake.set()  # a share bound: its GPU needs a reservation
         elif scheduler == self.config.scheduler_name and not node:
             # A new pod, or one that changed; not one whose bind is in flight (a session
             # for each of those would redo the snapshot for nothing).
@@ -278,6 +299,8 @@ class SchedulerLoop:
         a bound pod of ours changed while PodGroups (whose status counts its phase) exist."""
         if self._status.retry:
             return True
+        if self._keeper is not None and self._keeper.due(now):
+            return True
         if self._bound_changed and self.podgroups is not None and len(self.podgroups):
             return True
         with self._lock:
@@ -324,6 +347,9 @@ class SchedulerLoop:
         self._warn(snap.problems)
         self._warn(objects.problems, by_message=True)
         self._corrector.act(snap)
+        if self._keeper is not None and self._env is not None:
+            self._keeper.act(snap, now)
+            self._env.act(snap)
         ready = self._book.ready(snap, generation, now)
         stats.pending = len(snap.pending) + len(snap.unreadable)
         stats.unreadable = len(snap.unreadable)

@@ -18,9 +18,15 @@ What is in it:
      for it (the device plugin's choice is not otherwise visible from the API).
   3. Then the pods this scheduler placed whose binding the cache has not shown yet
      (``Assumed``), so two sessions never hand out the same GPU.
+  4. With a reservation namespace set, the reservation pods there hold shared GPUs for our
+     shares (:mod:`kgpu.kube.snapshot.reservations`): a share recorded on the GPU a
+     reservation was made for is accounted on the GPU it really holds, and a reservation
+     whose GPU holds no share holds that GPU whole.
 
 - The pods to schedule: ours (``spec.schedulerName``), unbound, not being deleted, and not
-  assumed.
+  assumed. With reservations, a share the mutating webhook did not name a GPU-env ConfigMap
+  for is not scheduled (its containers could not be confined to their GPU): it is
+  ``unreadable``, with a message that says so.
 
 Bad input never loses or double-counts an allocation. An annotation that cannot be read,
 or that names GPUs the pod cannot have, gives a Warning (a ``Problem``) and the pod is
@@ -32,12 +38,19 @@ the node is full to kgpu until the pod goes, which over-reserves rather than ove
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kgpu.kube.api.resource_types import meta, object_key
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, DeviceAllocation
+from kgpu.kube.objects.fields import MISSING
+from kgpu.kube.objects.gpu_env import (
+    ENV_CONFIGMAP_ANNOTATION,
+    ENV_CONFIGMAP_PREFIX,
+    env_configmap,
+)
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
+from kgpu.kube.objects.reservation_pod import is_reservation
 from kgpu.kube.snapshot.allocation_rebuild import (
     account_recorded,
     account_unrecorded,
@@ -45,6 +58,7 @@ from kgpu.kube.snapshot.allocation_rebuild import (
 )
 from kgpu.kube.snapshot.conversion_cache import ConversionCache, PodReading, pod_fields
 from kgpu.kube.snapshot.kubelet_claims import Difference, KubeletClaims, account_claimed
+from kgpu.kube.snapshot.reservations import Reservation, ReservationBook
 from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import ClusterState
@@ -56,6 +70,7 @@ __all__ = [
     "Difference",
     "PendingPod",
     "Problem",
+    "Reservation",
     "SnapshotBuilder",
     "pod_fields",
 ]
@@ -78,6 +93,7 @@ class Assumed:
     node: NodeName
     gpus: tuple[int, ...]
     expires: float | None = None
+    backed: bool = False  # it holds GPUs through reservation pods (not the device plugin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +130,11 @@ class CacheSnapshot:
     held: int = 0  # bound pods accounted as filling what their node had left
     # Pods of ours the kubelet gave other GPUs than their annotation names.
     differences: list[Difference] = field(default_factory=list)
+    # Reservation pods, the GPUs they hold, and the GPUs our bound shares hold through them.
+    reservations: ReservationBook = field(default_factory=ReservationBook)
+    # Our bound pods that hold GPUs through reservations, with the minors their annotation
+    # records (the GPU-env ConfigMap is written only once those are the reserved GPUs).
+    backed: list[tuple[PendingPod, str, tuple[int, ...]]] = field(default_factory=list)
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
@@ -130,8 +151,10 @@ class SnapshotBuilder:
     between sessions (:mod:`kgpu.kube.snapshot.conversion_cache`), so a session reads only
     the objects that changed since the last one."""
 
-    def __init__(self, scheduler_name: str) -> None:
+    def __init__(self, scheduler_name: str, reservation_namespace: str | None = None) -> None:
         self.scheduler_name = scheduler_name
+        # None: shares are accounted only; no reservation pods are read.
+        self.reservation_namespace = reservation_namespace
         self.conversions = ConversionCache()
 
     def build(
@@ -163,7 +186,12 @@ class SnapshotBuilder:
         index_of = snap.state.index
         readings = sorted((read.pod(obj) for obj in pod_objs), key=_creation_order)
         read.forget()
+        namespace = self.reservation_namespace
+        reserving: list[tuple[PodReading, int]] = []
         for pod in readings:
+            if namespace is not None and pod.node and is_reservation(pod.obj, namespace):
+                reserving.append((pod, index_of.get(NodeName(pod.node), -1)))
+                continue
             if pod.phase in TERMINAL_PHASES:
                 continue
             spec = pod.spec
@@ -185,13 +213,35 @@ class SnapshotBuilder:
                 entry = assumed.get(PodKey(pod.key))
                 if entry is not None and entry.uid == pod.uid:
                     continue
+                if isinstance(spec, PodSpec) and namespace is not None:
+                    spec = _confinable(pod, spec)
                 if isinstance(spec, ConversionError):
                     snap.unreadable.append((pod.obj, spec))
                 else:
                     snap.pending.append(PendingPod(pod.obj, spec))
         claims = KubeletClaims(snap.state)
+        book = snap.reservations
+        book.read(snap.state, reserving, claims)
+        # Shares whose reservation holds another GPU than they record go last, so that two
+        # groups of shares whose reservations got each other's GPU trade places.
+        moving: list[tuple[PodReading, PodSpec, int, DeviceAllocation]] = []
         for pod, spec, index in ours:
+            found = pod.allocation
+            if (
+                namespace is not None
+                and _backed(pod, spec)
+                and isinstance(found, DeviceAllocation)
+                and book.moved(index, found.minors)[0] != found.minors
+            ):
+                moving.append((pod, spec, index, found))
+                continue
             self._account_ours(snap, pod, spec, index, claims.slots(index, pod))
+            if namespace is not None and _backed(pod, spec):
+                self._note_backed(snap, pod, spec)
+        for pod, spec, index, found in moving:
+            if not self._account_moved(snap, pod, spec, index, found):
+                self._account_ours(snap, pod, spec, index, None)
+            self._note_backed(snap, pod, spec)
         for pod, index in others:
             obj, maybe = pod.obj, pod.spec
             if isinstance(maybe, ConversionError):
@@ -216,11 +266,28 @@ class SnapshotBuilder:
                 continue
             if _fits(snap.state, entry.spec, index, entry.gpus):
                 snap.state.allocate(entry.spec, index, entry.gpus)
+                if entry.backed:
+                    book.back(entry.node, minors_of(snap.state, index, entry.gpus))
             else:
                 _hold(snap.state, key, index)
                 snap.held += 1
             snap.assumed += 1
+        specs = {r.key.partition("/")[2]: r.spec for r, _ in reserving}
+        book.hold_idle(snap.state, {k: v for k, v in specs.items() if isinstance(v, PodSpec)})
         return snap
+
+    @staticmethod
+    def _note_backed(snap: CacheSnapshot, pod: PodReading, spec: PodSpec) -> None:
+        """Remember a bound share of ours and the GPUs it holds, for its reservation and its
+        GPU-env ConfigMap."""
+        alloc = snap.state.allocations.get(spec.key)
+        if alloc is None or not alloc.gpus:
+            return
+        minors = minors_of(snap.state, alloc.node, alloc.gpus)
+        snap.reservations.back(pod.node, minors)
+        found = pod.allocation
+        if not pod.deleting and isinstance(found, DeviceAllocation):
+            snap.backed.append((PendingPod(pod.obj, spec), pod.node, found.minors))
 
     def _account_ours(
         self,
@@ -261,6 +328,32 @@ class SnapshotBuilder:
             why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} {why}"
         where = self._account_lowest(snap, spec, index, claimed)
         snap.problems.append(Problem(obj, "InvalidDeviceAllocation", f"{why}; accounted {where}"))
+
+    @staticmethod
+    def _account_moved(
+        snap: CacheSnapshot, pod: PodReading, spec: PodSpec, index: int, found: DeviceAllocation
+    ) -> bool:
+        """Account a share on the GPUs its reservations hold, where those are not the ones
+        its annotation records; True if it is accounted there."""
+        book = snap.reservations
+        moved, names = book.moved(index, found.minors)
+        state = snap.state
+        node = state.nodes[index].name
+        pairs = sorted(zip(moved, found.memory_mib or (0,) * len(moved), strict=True))
+        there = replace(
+            found,
+            minors=tuple(m for m, _ in pairs),
+            memory_mib=tuple(mib for _, mib in pairs) if found.memory_mib else (),
+        )
+        why = account_recorded(state, spec, index, there)
+        snap.differences.append(
+            Difference(pod.obj, spec.key, node, found.minors, there.minors, why, names)
+        )
+        if why:
+            return False
+        book.count_move(index, found.minors)
+        snap.from_annotations += 1
+        return True
 
     @staticmethod
     def _account_lowest(
@@ -305,6 +398,29 @@ class SnapshotBuilder:
 
 def _creation_order(pod: PodReading) -> tuple[str, str]:
     return pod.order
+
+
+def _backed(pod: PodReading, spec: PodSpec) -> bool:
+    """Does the pod hold GPUs through reservation pods (GPUs, not from the device plugin)?"""
+    return spec.gpu.gpu_slots > 0 and not pod.device_plugin
+
+
+def _confinable(pod: PodReading, spec: PodSpec) -> PodSpec | ConversionError:
+    """``spec``, or why a pending share cannot be scheduled: its containers would not be
+    confined to the GPU it is given."""
+    if not _backed(pod, spec) or env_configmap(pod.obj) is not None:
+        return spec
+    notes = meta(pod.obj).get("annotations")
+    value = notes.get(ENV_CONFIGMAP_ANNOTATION, MISSING) if isinstance(notes, Mapping) else MISSING
+    return ConversionError(
+        object_ref("Pod", pod.obj),
+        f"annotation {ENV_CONFIGMAP_ANNOTATION}",
+        value,
+        "the name of a ConfigMap kgpu's mutating webhook chose when the pod was created "
+        f"({ENV_CONFIGMAP_PREFIX}...): without it the pod's containers could not be confined "
+        "to the GPU it would be given; create the pod again while the webhook serves (kgpu "
+        "run serves it, kgpu manifests installs it)",
+    )
 
 
 def _fits(state: ClusterState, spec: PodSpec, index: int, gpus: Iterable[int]) -> bool:

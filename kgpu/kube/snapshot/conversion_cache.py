@@ -31,6 +31,7 @@ from kgpu.kube.objects.device_allocation import (
     DeviceAllocation,
     parse,
 )
+from kgpu.kube.objects.gpu_env import asks_device_plugin
 from kgpu.kube.objects.node_pod import ConversionError, node_from_k8s, object_ref, pod_from_k8s
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
@@ -55,6 +56,9 @@ class PodReading:
     deleting: bool
     spec: PodSpec | ConversionError
     allocation: DeviceAllocation | ConversionError | None
+    # It asks the device plugin (``nvidia.com/...``): the kubelet hands out its GPUs. Other
+    # GPU requests hold GPUs through reservation pods (kgpu.kube.objects.gpu_env).
+    device_plugin: bool = False
 
 
 def pod_fields(obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
@@ -100,6 +104,7 @@ def read_pod(obj: Mapping[str, Any], known: PodSpec | None = None) -> PodReading
         deleting,
         spec,
         _allocation(obj, m),
+        asks_device_plugin(obj),
     )
 
 

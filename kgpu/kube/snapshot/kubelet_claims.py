@@ -48,6 +48,8 @@ class Difference:
     recorded: tuple[int, ...]  # the GPU minors of its annotation
     kubelet: tuple[int, ...]  # the GPU minors the kubelet gave it
     conflict: str = ""
+    # For a share: the reservation pods whose GPUs the kubelet gave (it gave the share none).
+    reservation: str = ""
 
 
 class KubeletClaims:

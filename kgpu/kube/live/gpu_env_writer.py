@@ -1,0 +1,156 @@
+"""The ConfigMaps that tell a share's containers which GPU is theirs.
+
+For each bound pod of ours that holds GPUs through reservation pods, once every GPU its
+``kgpu.io/device-allocation`` annotation names is one a reservation holds (the agent has
+reported it and any correction of the annotation is done), ``kgpu run`` writes the
+ConfigMap the webhook named for it (:mod:`kgpu.kube.objects.gpu_env`): in the pod's
+namespace, owned by the pod (deleted with it), with ``NVIDIA_VISIBLE_DEVICES`` naming those
+GPUs' UUIDs and, on a node labelled ``nvidia.com/mps.capable=true``, the MPS limits of its
+share. The kubelet starts the containers only then.
+
+A ConfigMap of that name that the pod does not own is not touched: a Warning
+``GpuEnvConfigMapTaken`` says so on the pod, whose containers then wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.errors import Conflict, KubeError, NotFound
+from kgpu.kube.api.event_recorder import NORMAL, WARNING, EventRecorder
+from kgpu.kube.api.resource_types import CONFIGMAPS, meta, uid
+from kgpu.kube.objects.gpu_env import (
+    ENV_CONFIGMAP_LABEL,
+    MPS_CAPABLE_LABEL,
+    VISIBLE_DEVICES,
+    env_configmap,
+    env_values,
+)
+from kgpu.kube.snapshot.allocation_rebuild import minors_of
+from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot
+
+log = logging.getLogger(__name__)
+
+Submit = Callable[[Callable[[], None]], object]
+NodeLookup = Callable[[str], Mapping[str, Any] | None]
+WRITTEN = "GpuEnvWritten"
+TAKEN = "GpuEnvConfigMapTaken"
+
+
+class GpuEnvWriter:
+    def __init__(
+        self,
+        client: KubeClient,
+        recorder: EventRecorder,
+        submit: Submit,
+        is_leader: Callable[[], bool],
+        node: NodeLookup,
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.submit = submit
+        self.is_leader = is_leader
+        self.node = node
+        self._lock = threading.Lock()
+        self._written: dict[str, dict[str, str]] = {}  # pod uid -> data written or in flight
+        self.writes = 0
+
+    def act(self, snap: CacheSnapshot) -> None:
+        if not self.is_leader():
+            return
+        state = snap.state
+        held: dict[str, set[int]] = {}
+        for r in snap.reservations.reservations:
+            if r.held is not None and r.index >= 0 and not r.deleting:
+                held.setdefault(r.node, set()).add(r.held)
+        todo = []
+        current = set()
+        for pod, node, recorded in snap.backed:
+            alloc = state.allocations.get(pod.spec.key)
+            name = env_configmap(pod.obj)
+            if alloc is None or name is None:
+                continue
+            minors = minors_of(state, alloc.node, alloc.gpus)
+            if minors != tuple(sorted(recorded)) or not set(minors) <= held.get(node, set()):
+                continue  # the annotation is being corrected, or a reservation not reported
+            gpus = state.devices[alloc.node].gpus
+            uuids = [gpus[s].uuid for s in alloc.gpus]
+            if not all(uuids):
+                continue
+            labels = meta(self.node(node) or {}).get("labels")
+            mps = isinstance(labels, Mapping) and labels.get(MPS_CAPABLE_LABEL) == "true"
+            mib = alloc.gpu_memory[0] if alloc.gpu_memory else 0
+            data = env_values(",".join(uuids), alloc.gpu_milli, mib, mps)
+            pod_uid = uid(pod.obj)
+            current.add(pod_uid)
+            with self._lock:
+                if self._written.get(pod_uid) == data:
+                    continue
+                self._written[pod_uid] = data
+            todo.append(partial(self._write, pod.obj, name, data))
+        with self._lock:
+            for gone in [u for u in self._written if u not in current]:
+                del self._written[gone]
+        for task in todo:
+            self.submit(task)
+
+    def _write(self, pod: Mapping[str, Any], name: str, data: dict[str, str]) -> None:
+        m = meta(pod)
+        namespace, pod_name, pod_uid = str(m.get("namespace")), str(m.get("name")), uid(pod)
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {ENV_CONFIGMAP_LABEL: "true"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}
+                ],
+            },
+            "data": data,
+        }
+        try:
+            try:
+                self.client.create(CONFIGMAPS, body, namespace)
+            except Conflict:  # it exists: ours to update only if the pod owns it
+                existing = self.client.get(CONFIGMAPS, name, namespace)
+                owners = meta(existing).get("ownerReferences")
+                if not any(
+                    isinstance(o, Mapping) and o.get("uid") == pod_uid
+                    for o in (owners if isinstance(owners, list) else ())
+                ):
+                    self.recorder.emit(
+                        pod,
+                        WARNING,
+                        TAKEN,
+                        f"ConfigMap {namespace}/{name}, which the pod's containers read their "
+                        "GPU from, exists and is not this pod's; kgpu does not write it, and "
+                        "the containers wait until it is deleted",
+                    )
+                    return
+                if existing.get("data") != data:  # PUT: a key no longer wanted goes too
+                    self.client.replace(CONFIGMAPS, name, {**existing, "data": data}, namespace)
+        except NotFound:
+            return  # the namespace went with the pod
+        except KubeError as exc:
+            log.warning(
+                "%s/%s: GPU env ConfigMap %s not written: %s", namespace, pod_name, name, exc
+            )
+            with self._lock:
+                if self._written.get(pod_uid) == data:
+                    del self._written[pod_uid]  # the next session tries again
+            return
+        self.writes += 1
+        self.recorder.emit(
+            pod,
+            NORMAL,
+            WRITTEN,
+            f"the pod's containers see {VISIBLE_DEVICES}={data[VISIBLE_DEVICES]} "
+            f"(ConfigMap {name}" + (", with MPS limits" if len(data) > 1 else "") + ")",
+        )
