@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from kgpu.cli.common import console
+from kgpu.cli.share_options import reservation_config, share_options
 from kgpu.config import POLICIES, ProfileError
 
 
@@ -261,6 +263,7 @@ def explain(
     help="run the Workspace controller: each kgpu.io Workspace into its inference "
     "workload on one node group (docs/WORKSPACES.md)",
 )
+@share_options
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level")
 def run_scheduler(
     kubeconfig: str | None,
@@ -275,6 +278,7 @@ def run_scheduler(
     trigger_namespace: str,
     workspaces: bool,
     verbose: bool,
+    **shares: Any,
 ) -> None:
     """Schedule the pods whose spec.schedulerName is SCHEDULER_NAME in a live cluster,
     until SIGTERM or SIGINT."""
@@ -286,6 +290,7 @@ def run_scheduler(
     from kgpu.autoscale.trigger_controller import ControllerConfig
     from kgpu.config import load_profile
     from kgpu.kube.api.errors import KubeError
+    from kgpu.kube.live.loop import LoopConfig
     from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
     from kgpu.kube.scaling.karpenter_objects import NodePoolError
     from kgpu.kube.scaling.live_autoscaler import AutoscaleOptions
@@ -318,6 +323,11 @@ def run_scheduler(
                 lease_namespace=namespace_for_lease,
                 autoscale=scaling,
                 workspaces=WorkspaceRunOptions() if workspaces else None,
+                loop=LoopConfig(
+                    scheduler_name=scheduler_name,
+                    policy=policy,
+                    reservations=reservation_config(**shares),
+                ),
             )
         )
     except (ProfileError, NodePoolError, KubeError, OSError) as exc:
