@@ -116,6 +116,9 @@ class Cluster:
         """``kgpu run --kubeconfig PATH`` with this test's scheduler name, as a process."""
         command = [sys.executable, "-P", "-m", "kgpu.cli", "run", "--kubeconfig", self.kubeconfig]
         command += ["--scheduler-name", self.scheduler, "--metrics-port", "0", *args]
+        # Several schedulers run at once here, and these tests judge placements, not the
+        # webhook (test_e2e_webhook registers it); one port each would be needed otherwise.
+        command.append("--no-serve-webhook")
         with log.open("ab") as out:
             return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
