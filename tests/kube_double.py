@@ -76,6 +76,17 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
     ),
     ("karpenter.sh", "nodeclaims"): (False, "NodeClaim", "karpenter.sh/v1"),
     ("scheduling.k8s.io", "priorityclasses"): (False, "PriorityClass", "scheduling.k8s.io/v1"),
+    # What `kgpu run --serve-webhook` registers (it does not call them: no admission here).
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): (
+        False,
+        "MutatingWebhookConfiguration",
+        "admissionregistration.k8s.io/v1",
+    ),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): (
+        False,
+        "ValidatingWebhookConfiguration",
+        "admissionregistration.k8s.io/v1",
+    ),
 }
 CUSTOM = {c for c in RESOURCES if c[0] == "kgpu.io"}
 LWS: Coll = ("leaderworkerset.x-k8s.io", "leaderworkersets")

@@ -115,9 +115,11 @@ class Cluster:
     def run(self, log: Path, *args: str) -> subprocess.Popen[bytes]:
         """``kgpu run --kubeconfig PATH`` with this test's scheduler name, as a process."""
         command = [sys.executable, "-P", "-m", "kgpu.cli", "run", "--kubeconfig", self.kubeconfig]
-        command += ["--scheduler-name", self.scheduler, "--metrics-port", "0"]
-        # Nodes without a kubelet: no reservation pod would ever run on them.
-        command += ["--no-confine-shares", *args]
+        command += ["--scheduler-name", self.scheduler, "--metrics-port", "0", *args]
+        # Several schedulers run at once here on nodes without a kubelet, and these tests
+        # judge placements: no webhook (one port each would be needed; test_e2e_webhook
+        # registers it), no reservation pods (none would ever run there).
+        command += ["--no-serve-webhook", "--no-confine-shares"]
         with log.open("ab") as out:
             return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 

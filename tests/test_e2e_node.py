@@ -224,6 +224,8 @@ class KgpuRun:
 
     def _start(self) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-P", "-m", "kgpu.cli", "run", "--kubeconfig"]
+        # Until the scheduler writes shares' GPU-env ConfigMaps, a share whose env the
+        # webhook points at one would wait for it; so no webhook here yet.
         command += [self.workspace.kubeconfig, "--metrics-port", "0"]
         with self.log.open("ab") as out:
             return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)

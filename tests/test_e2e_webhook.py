@@ -80,6 +80,7 @@ PLURALS = {
     "RoleBinding": "rolebindings",
     "DaemonSet": "daemonsets",
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
     "CustomResourceDefinition": "customresourcedefinitions",
     "Namespace": "namespaces",
 }

@@ -75,6 +75,7 @@ def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> No
         "Service",
         "Deployment",
         "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
     ]
 
 
@@ -114,6 +115,7 @@ def test_options_reach_every_object() -> None:
 def test_without_webhook_and_crds_only() -> None:
     kinds = {o["kind"] for o in render_objects(InstallOptions(webhook=False))}
     assert "ValidatingWebhookConfiguration" not in kinds and "Secret" not in kinds
+    assert "MutatingWebhookConfiguration" not in kinds
     assert len(by_kind(render_objects(InstallOptions(webhook=False)), "Deployment")) == 1
     crds = render_objects(InstallOptions(crds_only=True))
     assert [c["metadata"]["name"] for c in crds] == [
@@ -148,7 +150,10 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
     assert rules == {
         # create and delete: --autoscale's trigger pods; patch: device annotations the
         # kubelet's choice of GPUs corrects
+        # (and the reservation pods that hold shared GPUs, in kgpu-system)
         (("",), ("pods",)): ("get", "list", "watch", "create", "delete", "patch"),
+        # the GPU environment of shares, written in their namespaces; nothing read in bulk
+        (("",), ("configmaps",)): ("get", "create", "update", "patch"),
         (("",), ("pods/binding",)): ("create",),
         (("",), ("nodes",)): ("get", "list", "watch"),
         (("",), ("events",)): ("create", "patch"),
@@ -231,6 +236,11 @@ def test_webhook_certificate_is_signed_by_the_ca_bundle(install: list[Obj]) -> N
         "kgpu-scheduler-webhook", "kgpu-system"
     )
     assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {secret["data"]["ca.crt"]}
+    [mutating] = by_kind(install, "MutatingWebhookConfiguration")
+    assert [w["clientConfig"] for w in mutating["webhooks"]] == [
+        {**config["webhooks"][0]["clientConfig"], "service": {
+            **config["webhooks"][0]["clientConfig"]["service"], "path": "/mutate"}}
+    ]  # fmt: skip
     # the webhook pods restart when the certificate changes
     template = by_kind(install, "Deployment")[1]["spec"]["template"]
     assert template["metadata"]["annotations"]["kgpu.io/tls-sha256"]
@@ -263,8 +273,15 @@ def test_webhook_rules(install: list[Obj]) -> None:
     skip = config["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]
     assert by_kind(install, "Namespace")[0]["metadata"]["labels"][skip["key"]] in skip["values"]
     assert skip["operator"] == "NotIn"
+    # The mutating hook: pods at CREATE, from the same namespaces, under the same policy.
+    [mutating] = by_kind(install, "MutatingWebhookConfiguration")
+    [env] = mutating["webhooks"]
+    assert (env["name"], env["rules"]) == ("env.pods.kgpu.io", config["webhooks"][0]["rules"])
+    assert env["namespaceSelector"] == config["webhooks"][0]["namespaceSelector"]
+    assert (env["failurePolicy"], env["reinvocationPolicy"]) == ("Ignore", "Never")
     strict = render_objects(InstallOptions(failure_policy="Fail"))
     hooks = by_kind(strict, "ValidatingWebhookConfiguration")[0]["webhooks"]
+    hooks += by_kind(strict, "MutatingWebhookConfiguration")[0]["webhooks"]
     assert {w["failurePolicy"] for w in hooks} == {"Fail"}
     # The same choice when the webhook cannot read the Nodes a Workspace is placed on.
     args = by_kind(strict, "Deployment")[1]["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -379,7 +379,9 @@ def test_health_unknown_paths_and_oversized_bodies(
     assert response.status == 404
     response.read()
     conn.close()
-    assert post(server, b"{}", path="/mutate")[0] == 404
+    assert post(server, b"{}", path="/convert")[0] == 404
+    # /mutate is served (kgpu.kube.admission.pod_env) and refuses what is not a review.
+    assert post(server, b"{}", path="/mutate") == (400, b"expected a JSON AdmissionReview\n")
     conn = connect(server)
     conn.putrequest("POST", "/validate")
     conn.putheader("Content-Length", str(MAX_BODY + 1))

@@ -264,6 +264,26 @@ def explain(
     "workload on one node group (docs/WORKSPACES.md)",
 )
 @share_options
+@click.option(
+    "--serve-webhook/--no-serve-webhook",
+    default=None,
+    help="serve the admission webhook from this process and register it with the API "
+    "server (for kgpu outside the cluster: docs/INSTALL.md); default: serve unless "
+    "running in a pod (KUBERNETES_SERVICE_HOST set), where the install's webhook serves",
+)
+@click.option(
+    "--webhook-port",
+    type=click.IntRange(0, 65535),
+    default=9443,
+    show_default=True,
+    help="with --serve-webhook: the port it listens on, on every IPv4 interface",
+)
+@click.option(
+    "--webhook-host",
+    default="",
+    help="with --serve-webhook: the address the API server reaches this machine at; "
+    "default: the local address of the route to the API server",
+)
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level")
 def run_scheduler(
     kubeconfig: str | None,
@@ -277,17 +297,22 @@ def run_scheduler(
     gpu_memory_to_fraction_ratio: float,
     trigger_namespace: str,
     workspaces: bool,
+    serve_webhook: bool | None,
+    webhook_port: int,
+    webhook_host: str,
     verbose: bool,
     **shares: Any,
 ) -> None:
     """Schedule the pods whose spec.schedulerName is SCHEDULER_NAME in a live cluster,
     until SIGTERM or SIGINT."""
     import logging
+    import os
     import signal
     import threading
 
     from kgpu.autoscale.planner import PlannerConfig
     from kgpu.autoscale.trigger_controller import ControllerConfig
+    from kgpu.cli.workstation import WorkstationWebhook
     from kgpu.config import load_profile
     from kgpu.kube.api.errors import KubeError
     from kgpu.kube.live.loop import LoopConfig
@@ -300,6 +325,9 @@ def run_scheduler(
 
     if nodepool is not None and not autoscale:
         raise click.UsageError("--nodepool goes with --autoscale")
+    if serve_webhook is None:
+        # In a pod, the install's webhook Service serves; elsewhere nothing else would.
+        serve_webhook = not os.environ.get("KUBERNETES_SERVICE_HOST")
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -328,6 +356,11 @@ def run_scheduler(
                     policy=policy,
                     reservations=reservation_config(**shares),
                 ),
+                companions=(
+                    (WorkstationWebhook(scheduler_name, webhook_port, webhook_host),)
+                    if serve_webhook
+                    else ()
+                ),
             )
         )
     except (ProfileError, NodePoolError, KubeError, OSError) as exc:
@@ -335,7 +368,11 @@ def run_scheduler(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    running.start()
+    try:
+        running.start()
+    except (KubeError, OSError) as exc:  # the webhook's port, or its registration
+        running.client.close()  # companions start first: nothing else runs yet
+        raise click.ClickException(f"cannot serve the admission webhook: {exc}") from exc
     try:
         while not stop.wait(1.0):
             pass

@@ -76,6 +76,27 @@ def review(
     """The AdmissionReview answering ``body`` (an AdmissionReview v1 request).
 
     Without ``workspaces`` a Workspace is checked for its shape only."""
+    request = admission_request(body)
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    problem = _problem(request, request.get("object"), scheduler_name)
+    if problem is not None:
+        old = request.get("oldObject")
+        if request.get("operation") == "UPDATE" and _problem(request, old, scheduler_name):
+            response["warnings"] = [problem]
+        else:
+            deny(response, problem)
+    elif (
+        _kind(request) == "Workspace"
+        and request.get("operation") == "CREATE"
+        and isinstance(request.get("object"), Mapping)
+        and workspaces is not None
+    ):
+        _place(response, named(request["object"], request), workspaces)
+    return answer(response)
+
+
+def admission_request(body: object) -> Obj:
+    """The request of an AdmissionReview v1, with a uid; ReviewError when it is none."""
     if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
         raise ReviewError("expected a JSON AdmissionReview")
     if body.get("apiVersion") != REVIEW_API:
@@ -88,23 +109,16 @@ def review(
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewError("AdmissionReview request has no uid")
-    response: dict[str, Any] = {"uid": uid, "allowed": True}
-    problem = _problem(request, request.get("object"), scheduler_name)
-    if problem is not None:
-        old = request.get("oldObject")
-        if request.get("operation") == "UPDATE" and _problem(request, old, scheduler_name):
-            response["warnings"] = [problem]
-        else:
-            response["allowed"] = False
-            response["status"] = {"code": DENIED_CODE, "message": problem}
-    elif (
-        _kind(request) == "Workspace"
-        and request.get("operation") == "CREATE"
-        and isinstance(request.get("object"), Mapping)
-        and workspaces is not None
-    ):
-        _place(response, _named(request["object"], request), workspaces)
+    return request
+
+
+def answer(response: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": REVIEW_API, "kind": "AdmissionReview", "response": response}
+
+
+def deny(response: dict[str, Any], message: str) -> None:
+    response["allowed"] = False
+    response["status"] = {"code": DENIED_CODE, "message": message}
 
 
 def _kind(request: Obj) -> object:
@@ -134,8 +148,7 @@ def _place(response: dict[str, Any], obj: Obj, workspaces: WorkspaceNodes) -> No
         return
     allowed, message = validate_workspace(obj, nodes)
     if not allowed:
-        response["allowed"] = False
-        response["status"] = {"code": DENIED_CODE, "message": message}
+        deny(response, message)
 
 
 def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:
@@ -143,7 +156,7 @@ def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:
     if not isinstance(obj, Mapping):
         return None  # DELETE and CONNECT carry none; nothing to judge
     kind = _kind(request)
-    obj = _named(obj, request)
+    obj = named(obj, request)
     if kind == "Pod":
         return pod_problem(obj, scheduler_name)
     if kind == "Queue":
@@ -155,7 +168,7 @@ def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:
     return None
 
 
-def _named(obj: Obj, request: Obj) -> Obj:
+def named(obj: Obj, request: Obj) -> Obj:
     """The object with its name and namespace as the request gives them.
 
     A CREATE's object may lack ``metadata.namespace`` (the URL carries it), and messages

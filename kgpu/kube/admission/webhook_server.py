@@ -1,7 +1,8 @@
 """The admission webhook's HTTPS server (``kgpu webhook``).
 
 ``POST /validate`` takes an AdmissionReview v1 and answers with the verdict of
-:func:`kgpu.kube.admission.review.review`; ``GET /healthz`` answers "ok" for probes. The API server
+:func:`kgpu.kube.admission.review.review`; ``POST /mutate`` with the pod's GPU environment
+(:func:`kgpu.kube.admission.pod_env.mutate`); ``GET /healthz`` answers "ok" for probes. The API server
 appends ``?timeout=10s`` to the path; the query is ignored. A Workspace's CREATE reads the
 cluster's Nodes (``workspaces``, see :mod:`kgpu.kube.workspaces.node_source`), within the hook's
 timeout.
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from kgpu.kube.admission.pod_env import mutate
 from kgpu.kube.admission.review import ReviewError, WorkspaceNodes, review
-from kgpu.kube.api.resource_types import WEBHOOK_PATH
+from kgpu.kube.api.resource_types import MUTATE_PATH, WEBHOOK_PATH
 
 log = logging.getLogger("kgpu.webhook")
 
@@ -86,7 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
 
     def do_POST(self) -> None:
-        if urlsplit(self.path).path != WEBHOOK_PATH:
+        path = urlsplit(self.path).path
+        if path not in (WEBHOOK_PATH, MUTATE_PATH):
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
             return
         try:
@@ -100,7 +103,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(length)
         try:
-            answer = review(json.loads(body), self.server.scheduler_name, self.server.workspaces)
+            request = json.loads(body)
+            if path == MUTATE_PATH:
+                answer = mutate(request, self.server.scheduler_name)
+            else:
+                answer = review(request, self.server.scheduler_name, self.server.workspaces)
         except (ValueError, ReviewError) as exc:  # JSONDecodeError is a ValueError
             message = str(exc) if isinstance(exc, ReviewError) else "body is not JSON"
             self._send(HTTPStatus.BAD_REQUEST, f"{message}\n".encode(), "text/plain")

@@ -123,6 +123,11 @@ class KubeClient:
     ) -> KubeClient:
         return cls(load_configuration(kubeconfig, context), **kwargs)
 
+    @property
+    def host(self) -> str:
+        """The API server's URL ("https://10.0.0.1:6443")."""
+        return self._host
+
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
 

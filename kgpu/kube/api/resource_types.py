@@ -41,7 +41,10 @@ class Resource:
 NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
 PODS: Final = Resource("", "v1", "pods", "Pod", namespaced=True)
 EVENTS: Final = Resource("", "v1", "events", "Event", namespaced=True)
+# A share's GPU environment (kgpu.kube.objects.gpu_env), in the share's namespace.
 CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+# kgpu's own namespace (reservation pods), created by `kgpu run` outside the cluster.
+NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 # Cached by the loop (a PodGroup's spec.priorityClassName is its job's priority) and written
 # by the autoscaler (its trigger pods' class).
@@ -64,6 +67,23 @@ WORKSPACES: Final = Resource(CRD_GROUP, CRD_VERSION, "workspaces", "Workspace", 
 # The path the API server posts AdmissionReviews to: served by the webhook
 # (kgpu.kube.admission.webhook_server), registered by the install (kgpu.kube.install.bundle).
 WEBHOOK_PATH: Final = "/validate"
+# The mutating webhook's path (kgpu.kube.admission.pod_env): a pod's GPU environment.
+MUTATE_PATH: Final = "/mutate"
+# Registered by `kgpu run` when it serves the webhook itself (kgpu.kube.live.webhook_registration).
+MUTATING_WEBHOOKS: Final = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    namespaced=False,
+)
+VALIDATING_WEBHOOKS: Final = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    namespaced=False,
+)
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

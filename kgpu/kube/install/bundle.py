@@ -13,11 +13,14 @@ What each option of :class:`InstallOptions` (``kgpu manifests`` flag) sets:
 - ``webhook`` (``--webhook/--no-webhook``): whether the admission webhook is installed: its
   ServiceAccount, a Secret with a certificate made now (see
   :mod:`kgpu.kube.install.webhook_certs`), a Service, a Deployment of ``kgpu webhook`` and
-  the ValidatingWebhookConfiguration whose ``caBundle`` is the certificate's CA.
+  the Validating- and MutatingWebhookConfiguration whose ``caBundle`` is the certificate's
+  CA (what each sends: :mod:`kgpu.kube.install.webhook_config`).
 - ``failure_policy`` (``--webhook-failure-policy``, default Ignore): what the API server does
   when the webhook cannot be reached. Ignore keeps pods flowing while the webhook restarts
   (a malformed pod then pends with the same message as an event); Fail guarantees that no
-  malformed pod is admitted. The webhook follows the same choice when it cannot read the
+  malformed pod is admitted, and that no pod of kgpu's starts without the GPU environment
+  the mutating hook gives it (under Ignore, a share created while the webhook is down keeps
+  whatever ``NVIDIA_VISIBLE_DEVICES`` its image sets). The webhook follows the same choice when it cannot read the
   Nodes a new Workspace is placed on (``kgpu webhook --on-nodes-unavailable``).
 - ``replicas`` (``--replicas``, default 2): scheduler replicas; one leads, the others wait on
   the Lease, so a lost node costs seconds of scheduling, not a reschedule of the scheduler.
@@ -30,16 +33,14 @@ webhook, so the webhook's own pods can always start.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from collections.abc import Iterable
 from typing import Any, Final
 
 import yaml
 
-from kgpu.kube.api.resource_types import WEBHOOK_PATH
 from kgpu.kube.install.agent_daemonset import agent_objects
-from kgpu.kube.install.crds import GROUP, VERSION, custom_resource_definitions
+from kgpu.kube.install.crds import GROUP, custom_resource_definitions
 from kgpu.kube.install.options import (
     RBAC,
     InstallOptions,
@@ -52,10 +53,17 @@ from kgpu.kube.install.options import (
     rbac_rule,
 )
 from kgpu.kube.install.webhook_certs import WebhookTls, generate_tls, service_dns_names
+from kgpu.kube.install.webhook_config import (
+    SKIP_LABEL,
+    b64,
+    configuration,
+    mutating_webhooks,
+    service_client,
+    validating_webhooks,
+)
 
 METRICS_PORT: Final = 10251  # `kgpu run`'s default, kube-scheduler's old port
 WEBHOOK_PORT: Final = 8443
-SKIP_LABEL: Final = "kgpu.io/admission"
 TLS_DIR: Final = "/etc/kgpu/tls"
 
 
@@ -138,8 +146,12 @@ def _scheduler_rules() -> list[Obj]:
     return [
         # delete: the victims of preemption and reclaim, and --autoscale's trigger pods;
         # create: those trigger pods (cluster-wide: their namespace is an option of `kgpu run`);
-        # patch: the device annotations of a pod the kubelet gave other GPUs
+        # patch: the device annotations of a pod the kubelet gave other GPUs;
+        # create, delete and patch: the reservation pods that hold shared GPUs (in the
+        # install's namespace, covered by the cluster-wide rule)
         rbac_rule([""], ["pods"], ["get", "list", "watch", "create", "delete", "patch"]),
+        # A share's GPU environment, in the share's own namespace (kgpu.kube.objects.gpu_env)
+        rbac_rule([""], ["configmaps"], ["get", "create", "update", "patch"]),
         rbac_rule([""], ["pods/binding"], ["create"]),
         rbac_rule([""], ["nodes"], ["get", "list", "watch"]),
         # core/v1 Events: what `kubectl describe` shows on every version; patch counts repeats
@@ -266,41 +278,8 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     # serve it, in step with the new caBundle.
     checksum = hashlib.sha256(tls.cert_pem).hexdigest()
     deployment["spec"]["template"]["metadata"]["annotations"] = {"kgpu.io/tls-sha256": checksum}
-    client = {
-        "service": {"namespace": opts.namespace, "name": name, "path": WEBHOOK_PATH, "port": 443},
-        "caBundle": _b64(tls.ca_pem),
-    }
-    skip = {"matchExpressions": [{"key": SKIP_LABEL, "operator": "NotIn", "values": ["skip"]}]}
-    ops = ["CREATE", "UPDATE"]
-    webhooks = [
-        {
-            **_hook("pods.kgpu.io", client, opts.failure_policy),
-            "namespaceSelector": skip,
-            # CREATE only: a pending pod's request cannot change after it, and an UPDATE
-            # rule would put a webhook call in front of every status and label change.
-            "rules": [_webhook_rule("", "v1", ["CREATE"], "pods")],
-        },
-        {
-            **_hook("queues.kgpu.io", client, opts.failure_policy),
-            # Volcano's queues carry the same card quota annotation.
-            "rules": [
-                _webhook_rule(GROUP, VERSION, ops, "queues"),
-                _webhook_rule("scheduling.volcano.sh", "*", ops, "queues"),
-            ],
-        },
-        {
-            **_hook("podgroups.kgpu.io", client, opts.failure_policy),
-            "namespaceSelector": skip,
-            "rules": [_webhook_rule(GROUP, VERSION, ops, "podgroups")],
-        },
-        {
-            **_hook("workspaces.kgpu.io", client, opts.failure_policy),
-            "namespaceSelector": skip,
-            # CREATE is placed on a node group; UPDATE is checked for its shape only (the
-            # group is chosen once, at creation).
-            "rules": [_webhook_rule(GROUP, VERSION, ops, "workspaces")],
-        },
-    ]
+    client = service_client(opts.namespace, name, tls.ca_pem)
+    config_meta = object_meta(opts, name, "webhook", namespaced=False)
     return [
         # Its token lists Nodes (to place Workspaces) and nothing else.
         *cluster_identity(opts, name, "webhook", [rbac_rule([""], ["nodes"], ["list"])]),
@@ -310,9 +289,9 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
             "metadata": object_meta(opts, secret, "webhook"),
             "type": "kubernetes.io/tls",
             "data": {
-                "tls.crt": _b64(tls.cert_pem),
-                "tls.key": _b64(tls.key_pem),
-                "ca.crt": _b64(tls.ca_pem),
+                "tls.crt": b64(tls.cert_pem),
+                "tls.key": b64(tls.key_pem),
+                "ca.crt": b64(tls.ca_pem),
             },
         },
         {
@@ -325,34 +304,17 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
             },
         },
         deployment,
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": object_meta(opts, name, "webhook", namespaced=False),
-            "webhooks": webhooks,
-        },
+        configuration(
+            "ValidatingWebhookConfiguration",
+            config_meta,
+            validating_webhooks(client, opts.failure_policy),
+        ),
+        configuration(
+            "MutatingWebhookConfiguration",
+            config_meta,
+            mutating_webhooks(client, opts.failure_policy),
+        ),
     ]
-
-
-def _webhook_rule(group: str, version: str, operations: list[str], resource: str) -> Obj:
-    return {
-        "apiGroups": [group],
-        "apiVersions": [version],
-        "operations": operations,
-        "resources": [resource],
-    }
-
-
-def _hook(name: str, client: Obj, failure_policy: str) -> Obj:
-    return {
-        "name": name,
-        "admissionReviewVersions": ["v1"],
-        "sideEffects": "None",
-        "failurePolicy": failure_policy,
-        "matchPolicy": "Equivalent",
-        "timeoutSeconds": 5,
-        "clientConfig": client,
-    }
 
 
 def _deployment(opts: InstallOptions, meta: Obj, component: str, replicas: int, pod: Obj) -> Obj:
@@ -387,7 +349,3 @@ def _spread(opts: InstallOptions, component: str) -> Obj:
         },
     }
     return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")

@@ -12,6 +12,11 @@ the caches have synced; it installs the trigger pods' PriorityClass before its f
 
 The Workspace controller (:mod:`kgpu.kube.workspaces.runner`) runs on its own thread too, on
 the leader only, once the Node cache has listed; ``RunOptions.workspaces`` None turns it off.
+
+``RunOptions.companions`` start before everything else, with the scheduler's client, and stop
+after it: ``kgpu run --serve-webhook`` serves and registers the admission webhook that way
+(:mod:`kgpu.cli.workstation`), since this layer knows nothing of the webhook. A companion
+that fails to start fails the start.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from kgpu.kube.api.client import KubeClient, Timeouts, load_configuration
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
@@ -57,6 +63,14 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+class Companion(Protocol):
+    """Something that runs beside the scheduler and talks to the same API server."""
+
+    def start(self, client: KubeClient) -> None: ...
+
+    def stop(self, client: KubeClient) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RunOptions:
     kubeconfig: str | None = None
@@ -77,6 +91,7 @@ class RunOptions:
     autoscale: AutoscaleOptions | None = None
     # None: no Workspace controller (`kgpu run --no-workspaces`).
     workspaces: WorkspaceRunOptions | None = field(default_factory=WorkspaceRunOptions)
+    companions: tuple[Companion, ...] = ()
 
 
 class RunningScheduler:
@@ -224,6 +239,8 @@ class RunningScheduler:
         return missing
 
     def start(self) -> RunningScheduler:
+        for companion in self.options.companions:
+            companion.start(self.client)
         if self.server is not None:
             self.server.start()
         self.recorder.start()
@@ -261,4 +278,9 @@ class RunningScheduler:
         self.recorder.stop()
         if self.server is not None:
             self.server.stop()
+        for companion in self.options.companions:
+            try:
+                companion.stop(self.client)
+            except KubeError:  # the others still stop, and the client closes
+                log.warning("%s did not stop cleanly", type(companion).__name__, exc_info=True)
         self.client.close()

@@ -1,0 +1,149 @@
+"""The mutating admission webhook: which GPUs a pod's containers see (``POST /mutate``).
+
+At a pod's CREATE, for a pod whose ``spec.schedulerName`` is ours, every container and
+init container gets its GPU environment from kgpu, whatever the pod or its image says
+(see :mod:`kgpu.kube.objects.gpu_env` for the contract with ``kgpu run``):
+
+- a pod whose GPUs kgpu places but the kubelet does not hand out (``gpu-fraction``,
+  ``gpu-memory``, ``kubernetes.io/gpu*``): its annotation ``kgpu.io/gpu-env-configmap``
+  names a fresh ConfigMap, and ``NVIDIA_VISIBLE_DEVICES`` comes from that ConfigMap's key of
+  the same name, not optional, so the kubelet waits for ``kgpu run`` to write it before it
+  starts the container; the MPS limits come from it too, optional (only an MPS node's
+  ConfigMap has them);
+- a pod that asks the device plugin (``nvidia.com/*``): the plugin's ``Allocate`` sets
+  ``NVIDIA_VISIBLE_DEVICES``, but a container's own env entry would override it, so the
+  pod's entries for the controlled names are dropped;
+- a pod with no GPU: ``NVIDIA_VISIBLE_DEVICES=void``, so NVIDIA's container toolkit gives
+  it no GPU even when its image says ``all``.
+
+``envFrom`` cannot be overridden key by key, but a container's ``env`` wins over its
+``envFrom`` (and over the image's ``ENV``), so the explicit ``env`` entries are enough.
+
+A pod of ours that the scheduler cannot read is denied with the validating webhook's own
+message (:func:`kgpu.kube.admission.review.pod_problem`): its environment cannot be decided,
+and the denial is the one the validating webhook would give anyway. Pods of other
+schedulers, and every other operation, are allowed unchanged.
+
+The answer is one JSONPatch operation per container (its whole ``env`` list, written anew)
+plus one for the annotation: linear in the pod, whose size the server bounds
+(:data:`kgpu.kube.admission.webhook_server.MAX_BODY`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from kgpu.kube.admission.review import admission_request, answer, deny, named, pod_problem
+from kgpu.kube.objects.fields import Fields
+from kgpu.kube.objects.gpu_env import (
+    CONTROLLED,
+    ENV_CONFIGMAP_ANNOTATION,
+    ENV_CONFIGMAP_PREFIX,
+    MPS_MEMORY,
+    MPS_THREADS,
+    NO_GPU,
+    VISIBLE_DEVICES,
+    asks_device_plugin,
+)
+from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s
+
+CONTAINER_GROUPS: Final = ("containers", "initContainers")
+# 12 hex digits: a collision between two pods of one namespace is left to chance (2**-48 per
+# pair); the ConfigMap's name is never reused, as the pod's UID is not known at CREATE.
+NAME_BYTES: Final = 6
+
+Obj = Mapping[str, Any]
+
+
+def mutate(
+    body: object, scheduler_name: str, token: Callable[[int], str] = secrets.token_hex
+) -> dict[str, Any]:
+    """The AdmissionReview answering ``body``: allowed, with a JSONPatch for pods of ours.
+
+    ``token`` makes the random part of the ConfigMap's name (tests pass their own)."""
+    request = admission_request(body)
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    obj = request.get("object")
+    kind = request.get("kind")
+    if (
+        request.get("operation") != "CREATE"
+        or not isinstance(kind, Mapping)
+        or kind.get("kind") != "Pod"
+        or not isinstance(obj, Mapping)
+    ):
+        return answer(response)
+    pod = named(obj, request)
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("schedulerName") != scheduler_name:
+        return answer(response)
+    problem = pod_problem(pod, scheduler_name)
+    if problem is None and not isinstance(obj.get("metadata"), Mapping):
+        # Never from an API server; the annotation would have nowhere to go.
+        problem = str(ConversionError(object_ref("Pod", pod), "metadata", None, "an object"))
+    if problem is not None:
+        deny(response, problem)
+        return answer(response)
+    try:
+        patch = env_patch(pod, token)
+    except ConversionError as exc:
+        deny(response, str(exc))
+        return answer(response)
+    response["patchType"] = "JSONPatch"
+    response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return answer(response)
+
+
+def env_patch(pod: Obj, token: Callable[[int], str] = secrets.token_hex) -> list[dict[str, Any]]:
+    """The JSONPatch that gives a readable pod of ours its GPU environment.
+
+    ConversionError when a container's ``env`` is not a list of objects."""
+    gpu = pod_from_k8s(pod).gpu
+    ops: list[dict[str, Any]] = []
+    if gpu.gpu_slots > 0 and not asks_device_plugin(pod):
+        name = ENV_CONFIGMAP_PREFIX + token(NAME_BYTES)
+        ops.append(_annotation_op(pod, ENV_CONFIGMAP_ANNOTATION, name))
+        ours = _from_configmap(name)
+    elif gpu.count == 0 and not asks_device_plugin(pod):
+        ours = [{"name": VISIBLE_DEVICES, "value": NO_GPU}]
+    else:
+        # The device plugin's Allocate sets them (and MIG instances are its devices too).
+        ours = []
+    fields = Fields(object_ref("Pod", pod))
+    spec = pod["spec"]
+    for group in CONTAINER_GROUPS:
+        for i, container in enumerate(fields.items(spec, group, f"spec.{group}")):
+            env = fields.items(container, "env", f"spec.{group}[{i}].env")
+            kept = [entry for entry in env if entry.get("name") not in CONTROLLED]
+            if len(kept) == len(env) and not ours:
+                continue
+            ops.append({"op": "add", "path": f"/spec/{group}/{i}/env", "value": kept + ours})
+    return ops
+
+
+def _from_configmap(name: str) -> list[dict[str, Any]]:
+    def ref(key: str, optional: bool) -> dict[str, Any]:
+        selector: dict[str, Any] = {"name": name, "key": key}
+        if optional:
+            selector["optional"] = True
+        return {"name": key, "valueFrom": {"configMapKeyRef": selector}}
+
+    # Not optional: the kubelet holds the container until kgpu run has written the GPU.
+    return [ref(VISIBLE_DEVICES, False), ref(MPS_THREADS, True), ref(MPS_MEMORY, True)]
+
+
+def _annotation_op(pod: Obj, key: str, value: str) -> dict[str, Any]:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if isinstance(annotations, Mapping):
+        return {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
+    # ``add`` of a member that exists replaces it: a user's own (or a null) value goes too.
+    return {"op": "add", "path": "/metadata/annotations", "value": {key: value}}
+
+
+def _pointer(token: str) -> str:
+    """One reference token of a JSON pointer (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,121 @@
+"""What the API server sends to kgpu's admission webhook, for both ways of running it: the
+install's (the webhook Service, :mod:`kgpu.kube.install.bundle`) and ``kgpu run``'s own on a
+workstation (a URL, :mod:`kgpu.kube.install.workstation`). One list of rules, so the two
+cannot drift.
+
+- Validating (``/validate``): pods at CREATE (a pending pod's request cannot change after
+  it, and an UPDATE rule would put a webhook call in front of every status and label
+  change), kgpu's and Volcano's Queues, PodGroups and Workspaces at CREATE and UPDATE.
+- Mutating (``/mutate``): pods at CREATE, which get their GPU environment
+  (:mod:`kgpu.kube.admission.pod_env`).
+
+Namespaces labelled ``kgpu.io/admission: skip`` (kgpu's own) are not sent, so the webhook's
+own pods and the reservation pods can always start.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Final
+
+from kgpu.kube.api.resource_types import MUTATE_PATH, WEBHOOK_PATH
+from kgpu.kube.install.crds import GROUP, VERSION
+from kgpu.kube.install.options import Obj
+
+SKIP_LABEL: Final = "kgpu.io/admission"
+ADMISSION_API: Final = "admissionregistration.k8s.io/v1"
+
+# The clientConfig for a path: a Service's or a URL's, with the caBundle.
+ClientFor = Callable[[str], Obj]
+
+
+def service_client(namespace: str, name: str, ca_pem: bytes) -> ClientFor:
+    def client(path: str) -> Obj:
+        service = {"namespace": namespace, "name": name, "path": path, "port": 443}
+        return {"service": service, "caBundle": b64(ca_pem)}
+
+    return client
+
+
+def url_client(base_url: str, ca_pem: bytes) -> ClientFor:
+    return lambda path: {"url": base_url + path, "caBundle": b64(ca_pem)}
+
+
+def validating_webhooks(client_for: ClientFor, failure_policy: str) -> list[Obj]:
+    client = client_for(WEBHOOK_PATH)
+    ops = ["CREATE", "UPDATE"]
+    return [
+        {
+            **_hook("pods.kgpu.io", client, failure_policy),
+            "namespaceSelector": _skip(),
+            "rules": [_rule("", "v1", ["CREATE"], "pods")],
+        },
+        {
+            **_hook("queues.kgpu.io", client, failure_policy),
+            # Volcano's queues carry the same card quota annotation.
+            "rules": [
+                _rule(GROUP, VERSION, ops, "queues"),
+                _rule("scheduling.volcano.sh", "*", ops, "queues"),
+            ],
+        },
+        {
+            **_hook("podgroups.kgpu.io", client, failure_policy),
+            "namespaceSelector": _skip(),
+            "rules": [_rule(GROUP, VERSION, ops, "podgroups")],
+        },
+        {
+            **_hook("workspaces.kgpu.io", client, failure_policy),
+            "namespaceSelector": _skip(),
+            # CREATE is placed on a node group; UPDATE is checked for its shape only (the
+            # group is chosen once, at creation).
+            "rules": [_rule(GROUP, VERSION, ops, "workspaces")],
+        },
+    ]
+
+
+def mutating_webhooks(client_for: ClientFor, failure_policy: str) -> list[Obj]:
+    return [
+        {
+            **_hook("env.pods.kgpu.io", client_for(MUTATE_PATH), failure_policy),
+            "namespaceSelector": _skip(),
+            "rules": [_rule("", "v1", ["CREATE"], "pods")],
+            # Other mutating webhooks that add containers later are rare; a second call
+            # would give the pod a second ConfigMap name, so the hook runs once.
+            "reinvocationPolicy": "Never",
+        }
+    ]
+
+
+def configuration(kind: str, meta: Obj, webhooks: list[Obj]) -> Obj:
+    """A ``ValidatingWebhookConfiguration`` or ``MutatingWebhookConfiguration``."""
+    return {"apiVersion": ADMISSION_API, "kind": kind, "metadata": meta, "webhooks": webhooks}
+
+
+def _skip() -> Obj:
+    return {"matchExpressions": [{"key": SKIP_LABEL, "operator": "NotIn", "values": ["skip"]}]}
+
+
+def _rule(group: str, version: str, operations: list[str], resource: str) -> Obj:
+    return {
+        "apiGroups": [group],
+        "apiVersions": [version],
+        "operations": operations,
+        "resources": [resource],
+    }
+
+
+def _hook(name: str, client: Obj, failure_policy: str) -> Obj:
+    return {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": failure_policy,
+        "matchPolicy": "Equivalent",
+        "timeoutSeconds": 5,
+        "clientConfig": client,
+    }
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
