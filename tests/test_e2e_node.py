@@ -218,15 +218,13 @@ def _assert_waits_for_a_gpu(workspace: NodeWorkspace, name: str) -> None:
 class KgpuRun:
     """``kgpu run --kubeconfig PATH`` as a user starts it, as a process, for one workspace."""
 
-    def __init__(self, workspace: NodeWorkspace, log: Path) -> None:
-        self.workspace, self.log = workspace, log
+    def __init__(self, workspace: NodeWorkspace, log: Path, args: tuple[str, ...] = ()) -> None:
+        self.workspace, self.log, self.args = workspace, log, args
         self.process = self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-P", "-m", "kgpu.cli", "run", "--kubeconfig"]
-        # Until the scheduler writes shares' GPU-env ConfigMaps, a share whose env the
-        # webhook points at one would wait for it; so no webhook here yet.
-        command += [self.workspace.kubeconfig, "--metrics-port", "0"]
+        command += [self.workspace.kubeconfig, "--metrics-port", "0", *self.args]
         with self.log.open("ab") as out:
             return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
@@ -252,9 +250,10 @@ class KgpuRun:
 
 
 @contextlib.contextmanager
-def kgpu_run(workspace: NodeWorkspace, tmp_path: Path) -> Iterator[KgpuRun]:
-    """kgpu running for the block; stopped after it, which it must survive cleanly."""
-    run = KgpuRun(workspace, tmp_path / "kgpu-run.log")
+def kgpu_run(workspace: NodeWorkspace, tmp_path: Path, *args: str) -> Iterator[KgpuRun]:
+    """kgpu running for the block (with ``args``); stopped after it, which it must survive
+    cleanly."""
+    run = KgpuRun(workspace, tmp_path / "kgpu-run.log", args)
     try:
         yield run
     finally:

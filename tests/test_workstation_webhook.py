@@ -38,7 +38,7 @@ def test_run_registers_and_serves_its_webhook(tmp_path: Path) -> None:
         assert mutating is not None and validating is not None
         [env] = mutating["webhooks"]
         assert env["clientConfig"]["url"] == f"{url}/mutate"
-        assert env["failurePolicy"] == "Fail"
+        assert env["failurePolicy"] == "Ignore"
         assert {w["clientConfig"]["url"] for w in validating["webhooks"]} == {f"{url}/validate"}
         assert {w["failurePolicy"] for w in validating["webhooks"]} == {"Ignore"}
         ca = base64.b64decode(env["clientConfig"]["caBundle"]).decode()

@@ -7,14 +7,12 @@ Both configurations are named ``<scheduler>-workstation`` (apart from an install
 (:mod:`kgpu.kube.install.webhook_config`). Each start writes them anew (create, or replace
 what a previous run left), so a restart, with its new CA and maybe a new address, takes over.
 
-Failure policies: the mutating hook fails closed (``Fail``): a share admitted without its
-environment would start with whatever ``NVIDIA_VISIBLE_DEVICES`` its image sets, which for
-CUDA images is every GPU of the node. The price is that while the hook is registered and
-nobody answers it, no pod can be created outside the skipped namespaces; so a clean stop
-removes both configurations (a killed ``kgpu run`` leaves them until it starts again, or
-``kubectl delete mutatingwebhookconfiguration,validatingwebhookconfiguration
-<scheduler>-workstation``). The validating hook keeps the install's default, ``Ignore``: a
-malformed pod admitted meanwhile pends with the same message as an event.
+Failure policies: both ``Ignore``, so a workstation that is off, or a ``kgpu run`` being
+restarted, never stops the cluster from creating pods. A share admitted meanwhile has no
+GPU environment, and the scheduler does not place it (it says why); a malformed pod pends
+with the validating hook's message as an event. A clean stop removes both configurations
+(a killed ``kgpu run`` leaves them until it starts again, or ``kubectl delete
+mutatingwebhookconfiguration,validatingwebhookconfiguration <scheduler>-workstation``).
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE
 
 log = logging.getLogger(__name__)
 
-MUTATING_FAILURE_POLICY: Final = "Fail"
+MUTATING_FAILURE_POLICY: Final = "Ignore"
 VALIDATING_FAILURE_POLICY: Final = "Ignore"
 _MANAGED: Final = {"app.kubernetes.io/managed-by": "kgpu-run"}
 
