@@ -117,6 +117,9 @@ def test_without_webhook_and_crds_only() -> None:
     assert "ValidatingWebhookConfiguration" not in kinds and "Secret" not in kinds
     assert "MutatingWebhookConfiguration" not in kinds
     assert len(by_kind(render_objects(InstallOptions(webhook=False)), "Deployment")) == 1
+    # No webhook, so no share could get its GPU environment: shares are only accounted.
+    [scheduler] = by_kind(render_objects(InstallOptions(webhook=False)), "Deployment")
+    assert "--no-confine-shares" in scheduler["spec"]["template"]["spec"]["containers"][0]["args"]
     crds = render_objects(InstallOptions(crds_only=True))
     assert [c["metadata"]["name"] for c in crds] == [
         "queues.kgpu.io",
@@ -219,6 +222,8 @@ def test_containers_run_flags_the_kgpu_command_has(install: list[Obj], component
         assert params["leader_elect"] is True
         assert params["namespace_for_lease"] == "kgpu-system"
         assert params["metrics_port"] == 10251
+        # Reservation pods of shared GPUs in the install's namespace, which the webhook skips.
+        assert (params["confine_shares"], params["reservation_namespace"]) == (True, "kgpu-system")
 
 
 def test_webhook_certificate_is_signed_by_the_ca_bundle(install: list[Obj]) -> None:

@@ -69,13 +69,16 @@ TLS_DIR: Final = "/etc/kgpu/tls"
 
 def scheduler_args(opts: InstallOptions) -> list[str]:
     """The scheduler container's command line (``kgpu run`` in the cluster); the Lease is
-    named after the scheduler, in the install's namespace."""
+    named after the scheduler, in the install's namespace, and so are the reservation pods
+    of shared GPUs. Without the webhook no share would get its GPU environment (and none
+    would be placed): shares are then only accounted."""
     return [
         "run",
         f"--scheduler-name={opts.scheduler_name}",
         "--leader-elect",
         f"--namespace-for-lease={opts.namespace}",
         f"--metrics-port={METRICS_PORT}",
+        f"--reservation-namespace={opts.namespace}" if opts.webhook else "--no-confine-shares",
     ]
 
 
