@@ -20,14 +20,14 @@ from tests.test_kube_scheduler import Start, double, events, start  # noqa: F401
 NS = "kgpu-system"
 
 
-def fast(idle: float = 30.0) -> LoopConfig:
+def fast(idle: float = 30.0, warn: float = 30.0) -> LoopConfig:
     return LoopConfig(
         backoff_initial=0.2,
         backoff_max=1.0,
         unschedulable_retry=0.5,
         uncertain_grace=10.0,
         idle_wait=0.05,
-        reservations=ReservationConfig(idle_grace_s=idle),
+        reservations=ReservationConfig(idle_grace_s=idle, warn_after_s=warn),
     )
 
 
@@ -237,3 +237,23 @@ def test_a_reservation_goes_when_its_gpu_holds_no_share_or_it_failed(
     wait_until(lambda: env(double, "a") is not None)
     double.remove("pods", "a", "default")
     wait_until(lambda: reservations(double) == [])
+
+
+def test_a_share_whose_reservation_is_not_reported_is_told_why_it_waits(
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
+    crds: None,  # noqa: F811
+) -> None:
+    double.put(node_obj("n1", gpus=1))
+    double.put(device("n1", 1))
+    double.put(share("a"))
+    start(loop=fast(warn=0.3))
+    wait_until(lambda: len(events(double, "GpuEnvPending")) == 1)
+    [said] = events(double, "GpuEnvPending")
+    [name] = reserved(double)
+    assert said.startswith("a: the containers wait for their GPU environment (ConfigMap ")
+    assert f"has not reported which GPU reservation pod {name} (phase Pending) holds" in said
+    assert "is `kgpu agent` running on node n1" in said
+    report(double, 1, **{name: "fake-gpu-0"})
+    wait_until(lambda: env(double, "a") is not None)
+    assert len(events(double, "GpuEnvPending")) == 1

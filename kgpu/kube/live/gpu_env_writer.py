@@ -9,7 +9,10 @@ GPUs' UUIDs and, on a node labelled ``nvidia.com/mps.capable=true``, the MPS lim
 share. The kubelet starts the containers only then.
 
 A ConfigMap of that name that the pod does not own is not touched: a Warning
-``GpuEnvConfigMapTaken`` says so on the pod, whose containers then wait.
+``GpuEnvConfigMapTaken`` says so on the pod, whose containers then wait. A share whose
+environment cannot be written for ``warn_after_s`` (30 s) gets a Warning ``GpuEnvPending``
+saying why (no reservation yet, one the node agent has not reported, an allocation being
+corrected, a GPU without UUID), again when the reason changes.
 """
 
 from __future__ import annotations
@@ -40,6 +43,37 @@ Submit = Callable[[Callable[[], None]], object]
 NodeLookup = Callable[[str], Mapping[str, Any] | None]
 WRITTEN = "GpuEnvWritten"
 TAKEN = "GpuEnvConfigMapTaken"
+PENDING = "GpuEnvPending"
+
+
+def _not_yet(
+    snap: CacheSnapshot,
+    node: str,
+    minors: tuple[int, ...],
+    recorded: tuple[int, ...],
+    uuids: list[str],
+) -> str:
+    """Why the environment of a share on ``minors`` of ``node`` cannot be written yet; ""
+    when it can."""
+    if minors != recorded:
+        gpus = ",".join(map(str, minors))
+        return f"its allocation is being corrected to GPU {gpus}, where its reservation is"
+    mine = [r for r in snap.reservations.reservations if r.node == node and r.live]
+    for minor, uuid in zip(minors, uuids, strict=True):
+        if any(r.held == minor for r in mine):
+            if not uuid:
+                return f"node {node}'s Device lists no UUID for GPU {minor}"
+            continue
+        waiting = [r for r in mine if r.held is None and r.minor == minor]
+        if not waiting:
+            return f"no reservation pod holds GPU {minor} of node {node} yet"
+        r = waiting[0]
+        return (
+            f"the node agent has not reported which GPU reservation pod {r.name} (phase "
+            f"{r.phase or 'Pending'}) holds: is `kgpu agent` running on node {node}, "
+            "reading the kubelet's pod-resources socket?"
+        )
+    return ""
 
 
 class GpuEnvWriter:
@@ -50,6 +84,7 @@ class GpuEnvWriter:
         submit: Submit,
         is_leader: Callable[[], bool],
         node: NodeLookup,
+        warn_after_s: float = 30.0,
     ) -> None:
         self.client = client
         self.recorder = recorder
@@ -58,29 +93,30 @@ class GpuEnvWriter:
         self.node = node
         self._lock = threading.Lock()
         self._written: dict[str, dict[str, str]] = {}  # pod uid -> data written or in flight
+        # Pod uid -> since when its environment waits, and the reason last said.
+        self._waiting: dict[str, tuple[float, str]] = {}
+        self.warn_after_s = warn_after_s
         self.writes = 0
 
-    def act(self, snap: CacheSnapshot) -> None:
+    def act(self, snap: CacheSnapshot, now: float) -> None:
         if not self.is_leader():
             return
         state = snap.state
-        held: dict[str, set[int]] = {}
-        for r in snap.reservations.reservations:
-            if r.held is not None and r.index >= 0 and not r.deleting:
-                held.setdefault(r.node, set()).add(r.held)
         todo = []
         current = set()
+        waiting: set[str] = set()
         for pod, node, recorded in snap.backed:
             alloc = state.allocations.get(pod.spec.key)
             name = env_configmap(pod.obj)
             if alloc is None or name is None:
                 continue
             minors = minors_of(state, alloc.node, alloc.gpus)
-            if minors != tuple(sorted(recorded)) or not set(minors) <= held.get(node, set()):
-                continue  # the annotation is being corrected, or a reservation not reported
             gpus = state.devices[alloc.node].gpus
             uuids = [gpus[s].uuid for s in alloc.gpus]
-            if not all(uuids):
+            why = _not_yet(snap, node, minors, tuple(sorted(recorded)), uuids)
+            if why:
+                waiting.add(uid(pod.obj))
+                self._still_waiting(pod.obj, why, now)
                 continue
             labels = meta(self.node(node) or {}).get("labels")
             mps = isinstance(labels, Mapping) and labels.get(MPS_CAPABLE_LABEL) == "true"
@@ -96,8 +132,34 @@ class GpuEnvWriter:
         with self._lock:
             for gone in [u for u in self._written if u not in current]:
                 del self._written[gone]
+            for gone in [u for u in self._waiting if u not in waiting]:
+                del self._waiting[gone]
         for task in todo:
             self.submit(task)
+
+    def due(self, now: float) -> bool:
+        """Is a share's wait long enough to be said (a session should run to say it)?"""
+        with self._lock:
+            return any(
+                not said and now - since >= self.warn_after_s
+                for since, said in self._waiting.values()
+            )
+
+    def _still_waiting(self, pod: Mapping[str, Any], why: str, now: float) -> None:
+        """Say once, after ``warn_after_s``, why a share's containers are not started yet."""
+        with self._lock:
+            since, said = self._waiting.get(uid(pod), (now, ""))
+            self._waiting[uid(pod)] = (since, said)
+            if now - since < self.warn_after_s or said == why:
+                return
+            self._waiting[uid(pod)] = (since, why)
+        self.recorder.emit(
+            pod,
+            WARNING,
+            PENDING,
+            f"the containers wait for their GPU environment (ConfigMap {env_configmap(pod)}): "
+            f"{why}",
+        )
 
     def _write(self, pod: Mapping[str, Any], name: str, data: dict[str, str]) -> None:
         m = meta(pod)

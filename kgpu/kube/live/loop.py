@@ -174,7 +174,9 @@ class SchedulerLoop:
         self._env: GpuEnvWriter | None = None
         if shares is not None:
             self._keeper = ReservationKeeper(client, shares, self._pool.submit, is_leader)
-            self._env = GpuEnvWriter(client, recorder, self._pool.submit, is_leader, nodes.get)
+            self._env = GpuEnvWriter(
+                client, recorder, self._pool.submit, is_leader, nodes.get, shares.warn_after_s
+            )
         c = self.config
         times = WaitTimes(c.backoff_initial, c.backoff_max, c.unschedulable_retry, c.event_repeat)
         self._book = WaitingBook(times, self._lock, recorder, metrics)
@@ -301,6 +303,8 @@ class SchedulerLoop:
             return True
         if self._keeper is not None and self._keeper.due(now):
             return True
+        if self._env is not None and self._env.due(now):
+            return True
         if self._bound_changed and self.podgroups is not None and len(self.podgroups):
             return True
         with self._lock:
@@ -349,7 +353,7 @@ class SchedulerLoop:
         self._corrector.act(snap)
         if self._keeper is not None and self._env is not None:
             self._keeper.act(snap, now)
-            self._env.act(snap)
+            self._env.act(snap, now)
         ready = self._book.ready(snap, generation, now)
         stats.pending = len(snap.pending) + len(snap.unreadable)
         stats.unreadable = len(snap.unreadable)

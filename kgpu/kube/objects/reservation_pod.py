@@ -48,6 +48,8 @@ class ReservationConfig:
     # A reservation with no share left on its GPU is deleted after this many seconds (a
     # share about to be bound there keeps it).
     idle_grace_s: float = 30.0
+    # A share whose GPU environment waits this long is told why (an event on the pod).
+    warn_after_s: float = 30.0
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
