@@ -38,6 +38,12 @@ def share(name: str, fraction: str = "0.5", configmap: str | None = None) -> dic
     return pod_obj(name, fraction=fraction, annotations=notes)
 
 
+def one_node(api: KubeDouble, gpus: int, **node: Any) -> None:
+    """Node n1 and the Device its agent publishes (GPU minor m is fake-gpu-m)."""
+    api.put(node_obj("n1", gpus=gpus, **node))
+    api.put(device("n1", gpus))
+
+
 def bound(api: KubeDouble) -> dict[str, str]:
     """Bound pods but reservations."""
     return {n: node for n, node in api.bound().items() if not n.startswith("kgpu-gpu-")}
@@ -71,8 +77,7 @@ def test_a_share_s_containers_see_the_gpu_its_reservation_holds(
     start: Start,  # noqa: F811
     crds: None,  # noqa: F811
 ) -> None:
-    double.put(node_obj("n1", gpus=2))
-    double.put(device("n1", 2))
+    one_node(double, 2)
     double.put(share("a"))
     double.put(share("b"))
     start(loop=fast())
@@ -103,8 +108,7 @@ def test_the_shares_follow_the_gpu_the_kubelet_gave_their_reservation(
     start: Start,  # noqa: F811
     crds: None,  # noqa: F811
 ) -> None:
-    double.put(node_obj("n1", gpus=2))
-    double.put(device("n1", 2))
+    one_node(double, 2)
     double.put(share("a", "0.25"))
     start(loop=fast())
     wait_until(lambda: bound(double) == {"a": "n1"} and len(reservations(double)) == 1)
@@ -130,8 +134,7 @@ def test_two_reservations_that_got_each_other_s_gpu_move_no_share(
     start: Start,  # noqa: F811
     crds: None,  # noqa: F811
 ) -> None:
-    double.put(node_obj("n1", gpus=2))
-    double.put(device("n1", 2))
+    one_node(double, 2)
     double.put(share("a", "0.75"))
     double.put(share("b", "0.75"))
     start(loop=fast())
@@ -155,8 +158,7 @@ def test_an_mps_node_s_shares_get_their_limits(
     start: Start,  # noqa: F811
     crds: None,  # noqa: F811
 ) -> None:
-    double.put(node_obj("n1", gpus=1, memory_mib=40960, labels={"nvidia.com/mps.capable": "true"}))
-    double.put(device("n1", 1))
+    one_node(double, 1, memory_mib=40960, labels={"nvidia.com/mps.capable": "true"})
     double.put(share("a", "0.25"))
     start(loop=fast())
     wait_until(lambda: len(reservations(double)) == 1)
@@ -175,8 +177,7 @@ def test_a_share_the_webhook_did_not_see_is_not_placed_and_says_why(
     start: Start,  # noqa: F811
     crds: None,  # noqa: F811
 ) -> None:
-    double.put(node_obj("n1", gpus=1))
-    double.put(device("n1", 1))
+    one_node(double, 1)
     double.put(share("a", configmap=""))
     double.put(share("b", configmap="someone-elses-configmap"))
     double.put(pod_obj("whole", gpus=1))
@@ -195,8 +196,7 @@ def test_a_configmap_the_pod_does_not_own_is_left_alone(
     start: Start,  # noqa: F811
     crds: None,  # noqa: F811
 ) -> None:
-    double.put(node_obj("n1", gpus=1))
-    double.put(device("n1", 1))
+    one_node(double, 1)
     double.put(
         {
             "apiVersion": "v1",
@@ -222,8 +222,7 @@ def test_a_reservation_goes_when_its_gpu_holds_no_share_or_it_failed(
     crds: None,  # noqa: F811
     phase: str,
 ) -> None:
-    double.put(node_obj("n1", gpus=2))
-    double.put(device("n1", 2))
+    one_node(double, 2)
     double.put(share("a"))
     start(loop=fast(idle=0.3))
     wait_until(lambda: len(reservations(double)) == 1)
@@ -244,8 +243,7 @@ def test_a_share_whose_reservation_is_not_reported_is_told_why_it_waits(
     start: Start,  # noqa: F811
     crds: None,  # noqa: F811
 ) -> None:
-    double.put(node_obj("n1", gpus=1))
-    double.put(device("n1", 1))
+    one_node(double, 1)
     double.put(share("a"))
     start(loop=fast(warn=0.3))
     wait_until(lambda: len(events(double, "GpuEnvPending")) == 1)
