@@ -436,3 +436,18 @@ def test_taint_effect_is_shown_as_written() -> None:
     assert near_misses(state, make_pod().build())[0].lacks == (
         "taint gpu:NoExecute is not tolerated",
     )
+
+
+def test_a_share_the_webhook_did_not_see_is_explained_as_kgpu_run_refuses_it() -> None:
+    nodes = [k8s_node("a100-1", 2)]
+    share = k8s_pod("half", annotations={"gpu-fraction": "0.5"})
+    answer = explain_from_objects(share, nodes, [share], "kgpu-scheduler")
+    assert answer.lines()[0] == "Pod ml/half is pending: kgpu cannot read its request."
+    assert "annotation kgpu.io/gpu-env-configmap is missing" in answer.lines()[1]
+    assert "create the pod again while the webhook serves" in answer.lines()[1]
+    # Mutated, it is placed like any share; and a scheduler that only accounts shares
+    # (kgpu run --no-confine-shares) places it without.
+    mutated = k8s_pod("half", annotations={"gpu-fraction": "0.5", "kgpu.io/gpu-env-configmap": "kgpu-gpu-env-0123456789ab"})  # fmt: skip
+    assert "no node can take it" not in explain_from_objects(mutated, nodes, [mutated], "kgpu-scheduler").lines()[0]  # fmt: skip
+    unconfined = explain_from_objects(share, nodes, [share], "kgpu-scheduler", reservation_namespace=None)  # fmt: skip
+    assert "cannot read its request" not in unconfined.lines()[0]

@@ -28,10 +28,12 @@ from typing import Any, Final
 
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Placement, Scheduler
+from kgpu.kube.api.resource_types import uid
 from kgpu.kube.explain.near_miss import NearMiss, cpu_text, gpu_share_text, memory_text, near_misses
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s, pod_node_name
 from kgpu.kube.objects.queue_podgroup import queue_from_k8s
+from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE
 from kgpu.kube.snapshot.cache_snapshot import SnapshotBuilder, is_ready
 from kgpu.model.pod import PodSpec
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec
@@ -242,12 +244,15 @@ def explain_from_objects(
     scheduler_name: str,
     policy: str = "kgpu",
     queues: Iterable[Obj] = (),
+    reservation_namespace: str | None = RESERVATION_NAMESPACE,
 ) -> Explanation:
     """The answer for ``obj`` (a Pod) in the cluster of ``nodes`` and ``pods`` (API objects),
     as the live scheduler would see it: the same snapshot (Ready nodes only, bound pods of
     every scheduler accounted, kgpu's on the GPUs their annotations record; see
-    :mod:`kgpu.kube.snapshot.cache_snapshot`) and the same profile."""
-    snap = SnapshotBuilder(scheduler_name).build(nodes, pods, {})
+    :mod:`kgpu.kube.snapshot.cache_snapshot`) and the same profile. A share the snapshot
+    refuses to place (``kgpu run`` confines shares: ``reservation_namespace``; one the
+    webhook did not give its GPU environment) is answered with why."""
+    snap = SnapshotBuilder(scheduler_name, reservation_namespace).build(nodes, pods, {})
     notes = []
     unready = sum(not is_ready(n) for n in nodes)
     if unready:
@@ -258,6 +263,10 @@ def explain_from_objects(
         notes.append(
             f"… and {len(problems) - MAX_NOTES} more problems the scheduler reports as events"
         )
+    target = uid(obj)
+    for refused, error in snap.unreadable:
+        if target and uid(refused) == target:
+            return explain_unreadable(object_ref("Pod", obj).removeprefix("Pod "), error, notes)
     context = PluginContext(typical_pods=typical_pods(snap.specs))
     scheduler = build_scheduler(load_profile(policy), context)
     return explain_object(snap.state, obj, scheduler, scheduler_name, notes, read_queues(queues))
