@@ -180,10 +180,18 @@ def drain(ws: NodeWorkspace) -> None:
     wait_until(lambda: not mine(), timeout=90, every=0.5)
 
 
-def _mutated(ws: NodeWorkspace, obj: dict[str, Any]) -> bool:
-    """Does the restarted kgpu's webhook serve (a dry run of ``obj`` comes back mutated)?"""
-    answer = ws.client.request("POST", PODS.path(ws.namespace), query=[("dryRun", "All")], body=obj)
-    return "kgpu.io/gpu-env-configmap" in answer["metadata"].get("annotations", {})
+def serving(ws: NodeWorkspace) -> None:
+    """Until the API server calls kgpu's webhook (a dry run of a share comes back mutated):
+    it learns of a new registration within a second or so, and a share created before is
+    not mutated, and then not placed."""
+    probe = pod(ws, "probe", annotations={"gpu-fraction": "0.5"})
+
+    def mutated() -> bool:
+        query = [("dryRun", "All")]
+        answer = ws.client.request("POST", PODS.path(ws.namespace), query=query, body=probe)
+        return "kgpu.io/gpu-env-configmap" in answer["metadata"].get("annotations", {})
+
+    wait_until(mutated, timeout=60, every=0.5)
 
 
 def _gpus(p: dict[str, Any]) -> list[dict[str, Any]]:
@@ -199,6 +207,7 @@ def test_the_four_pods_of_the_issue_each_see_the_gpus_of_their_allocation(
     ws = workspace
     with kgpu_agent(ws, tmp_path) as agent_log, kgpu_run(ws, tmp_path, *SHARES) as kgpu:
         ids_by_minor = _published_gpus(ws, agent_log)
+        serving(ws)
         ws.add(
             pod(ws, "one", limits={"nvidia.com/gpu": "1"}),
             pod(ws, "two", limits={"nvidia.com/gpu": "2"}),
@@ -242,6 +251,7 @@ def test_twenty_pods_in_every_dialect_across_restarts(
     }
     with kgpu_agent(ws, tmp_path) as agent_log, kgpu_run(ws, tmp_path, *SHARES) as kgpu:
         ids_by_minor = _published_gpus(ws, agent_log)
+        serving(ws)
         # Whole GPUs first, from the device plugin and through a reservation.
         ws.add(
             pod(ws, "whole-plugin", limits={"nvidia.com/gpu": "1"}),
@@ -260,9 +270,8 @@ def test_twenty_pods_in_every_dialect_across_restarts(
         # kgpu killed outright and started again: the books rebuilt, the same GPUs; a new
         # share still finds room where there is some.
         kgpu.kill_and_restart()
-        late = pod(ws, "late", annotations={"gpu-fraction": "0.02"})
-        wait_until(lambda: _mutated(ws, late), timeout=60, every=0.5)
-        ws.add(late)
+        serving(ws)
+        ws.add(pod(ws, "late", annotations={"gpu-fraction": "0.02"}))
         everyone.add("late")
         running(ws, kgpu.log, everyone)
         seen = check(ws, ids_by_minor, everyone)
