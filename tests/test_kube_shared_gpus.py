@@ -6,6 +6,7 @@ reservation deleted once its GPU holds no share."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -255,3 +256,26 @@ def test_a_share_whose_reservation_is_not_reported_is_told_why_it_waits(
     report(double, 1, **{name: "fake-gpu-0"})
     wait_until(lambda: env(double, "a") is not None)
     assert len(events(double, "GpuEnvPending")) == 1
+
+
+def test_a_reservation_stays_while_its_node_is_not_ready_and_goes_with_the_node(
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
+    crds: None,  # noqa: F811
+) -> None:
+    one_node(double, 1)
+    double.put(node_obj("n2", gpus=0))
+    double.put(share("a"))
+    start(loop=fast(idle=0.2))
+    wait_until(lambda: len(reservations(double)) == 1)
+    [name] = reserved(double)
+    # A kubelet restarting: the node is not Ready, and its GPU must stay held meanwhile.
+    double.put(node_obj("n1", gpus=1, ready=False))
+    double.put(pod_obj("first", cpu="1"))
+    wait_until(lambda: "first" in bound(double))
+    time.sleep(0.5)  # past the idle grace: a reservation taken for idle would go next session
+    double.put(pod_obj("second", cpu="1"))
+    wait_until(lambda: "second" in bound(double))
+    assert list(reserved(double)) == [name]
+    double.remove("nodes", "n1")
+    wait_until(lambda: reservations(double) == [])

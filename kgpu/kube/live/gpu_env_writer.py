@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -35,7 +35,7 @@ from kgpu.kube.objects.gpu_env import (
     env_values,
 )
 from kgpu.kube.snapshot.allocation_rebuild import minors_of
-from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot
+from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, Reservation
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +47,17 @@ PENDING = "GpuEnvPending"
 
 
 def _not_yet(
-    snap: CacheSnapshot,
+    mine: Sequence[Reservation],
     node: str,
     minors: tuple[int, ...],
     recorded: tuple[int, ...],
     uuids: list[str],
 ) -> str:
-    """Why the environment of a share on ``minors`` of ``node`` cannot be written yet; ""
-    when it can."""
+    """Why the environment of a share on ``minors`` of ``node`` (whose live reservations are
+    ``mine``) cannot be written yet; "" when it can."""
     if minors != recorded:
         gpus = ",".join(map(str, minors))
         return f"its allocation is being corrected to GPU {gpus}, where its reservation is"
-    mine = [r for r in snap.reservations.reservations if r.node == node and r.live]
     for minor, uuid in zip(minors, uuids, strict=True):
         if any(r.held == minor for r in mine):
             if not uuid:
@@ -102,6 +101,10 @@ class GpuEnvWriter:
         if not self.is_leader():
             return
         state = snap.state
+        on_node: dict[str, list[Reservation]] = {}
+        for r in snap.reservations.reservations:
+            if r.live:
+                on_node.setdefault(r.node, []).append(r)
         todo = []
         current = set()
         waiting: set[str] = set()
@@ -113,7 +116,7 @@ class GpuEnvWriter:
             minors = minors_of(state, alloc.node, alloc.gpus)
             gpus = state.devices[alloc.node].gpus
             uuids = [gpus[s].uuid for s in alloc.gpus]
-            why = _not_yet(snap, node, minors, tuple(sorted(recorded)), uuids)
+            why = _not_yet(on_node.get(node, []), node, minors, tuple(sorted(recorded)), uuids)
             if why:
                 waiting.add(uid(pod.obj))
                 self._still_waiting(pod.obj, why, now)

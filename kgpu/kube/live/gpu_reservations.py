@@ -9,8 +9,9 @@ After each session (:mod:`kgpu.kube.snapshot.reservations` reads them), on the l
   any more (the allocation corrector rewrites those first);
 - a reservation whose GPU has held no share for ``idle_grace_s`` is deleted, and so at once
   is one that failed (the kubelet refuses one when no GPU is free:
-  ``UnexpectedAdmissionError``), finished, or stands on a node that is gone or not Ready;
-  of two for one GPU, the younger goes.
+  ``UnexpectedAdmissionError``), finished, or stands on a node that is gone; of two for one
+  GPU, the younger goes. One on a node that is not Ready is left alone: its GPU is still
+  held when the node comes back.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ class ReservationKeeper:
         for r in book.reservations:
             if r.deleting:
                 continue
-            if r.index < 0 or r.phase in ("Failed", "Succeeded"):
-                self._delete(r, f"its phase is {r.phase or 'unknown'} on node {r.node}")
-            else:
+            if r.gone:
+                self._delete(r, f"node {r.node} is gone")
+            elif r.finished:
+                self._delete(r, f"its phase is {r.phase} on node {r.node}")
+            elif r.live:  # on a node not Ready (a kubelet restarting, say): left as it is
                 live.append(r)
         covered: dict[tuple[str, int], Reservation] = {}
         for r in sorted(live, key=lambda r: (r.created, r.name)):

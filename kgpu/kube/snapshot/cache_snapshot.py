@@ -169,7 +169,8 @@ class SnapshotBuilder:
         problems: list[Problem] = []
         nodes = []
         read = self.conversions
-        for obj in sorted(node_objs, key=object_key):
+        every_node = sorted(node_objs, key=object_key)
+        for obj in every_node:
             if not is_ready(obj):
                 continue
             key = object_key(obj)
@@ -221,22 +222,25 @@ class SnapshotBuilder:
                     snap.pending.append(PendingPod(pod.obj, spec))
         claims = KubeletClaims(snap.state)
         book = snap.reservations
-        book.read(snap.state, reserving, claims)
+        if reserving:
+            names = {str(meta(n).get("name")) for n in every_node}
+            book.read(snap.state, reserving, claims, names)
         # Shares whose reservation holds another GPU than they record go last, so that two
         # groups of shares whose reservations got each other's GPU trade places.
         moving: list[tuple[PodReading, PodSpec, int, DeviceAllocation]] = []
         for pod, spec, index in ours:
+            backed = namespace is not None and _backed(pod, spec)
             found = pod.allocation
             if (
-                namespace is not None
-                and _backed(pod, spec)
+                backed
+                and book.moves
                 and isinstance(found, DeviceAllocation)
-                and book.moved(index, found.minors)[0] != found.minors
+                and book.moved(index, found.minors)[1]
             ):
                 moving.append((pod, spec, index, found))
                 continue
             self._account_ours(snap, pod, spec, index, claims.slots(index, pod))
-            if namespace is not None and _backed(pod, spec):
+            if backed:
                 self._note_backed(snap, pod, spec)
         for pod, spec, index, found in moving:
             if not self._account_moved(snap, pod, spec, index, found):
@@ -272,8 +276,7 @@ class SnapshotBuilder:
                 _hold(snap.state, key, index)
                 snap.held += 1
             snap.assumed += 1
-        specs = {r.key.partition("/")[2]: r.spec for r, _ in reserving}
-        book.hold_idle(snap.state, {k: v for k, v in specs.items() if isinstance(v, PodSpec)})
+        book.hold_idle(snap.state)
         return snap
 
     @staticmethod
@@ -336,7 +339,8 @@ class SnapshotBuilder:
         """Account a share on the GPUs its reservations hold, where those are not the ones
         its annotation records; True if it is accounted there."""
         book = snap.reservations
-        moved, names = book.moved(index, found.minors)
+        moved, by = book.moved(index, found.minors)
+        names = ", ".join(r.name for r in by)
         state = snap.state
         node = state.nodes[index].name
         pairs = sorted(zip(moved, found.memory_mib or (0,) * len(moved), strict=True))
@@ -351,7 +355,8 @@ class SnapshotBuilder:
         )
         if why:
             return False
-        book.count_move(index, found.minors)
+        for r in by:
+            r.moved += 1
         snap.from_annotations += 1
         return True
 

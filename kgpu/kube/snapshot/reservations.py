@@ -38,16 +38,23 @@ class Reservation:
     name: str
     node: str
     index: int  # the node's index in the snapshot's state; -1 when the node is not Ready
+    gone: bool  # its node no longer exists (not merely not Ready)
+    spec: PodSpec | None  # None when it cannot be read
     minor: int | None  # the GPU it was made for (its annotation); None when unreadable
-    held: int | None  # the GPU minor the kubelet gave it, once the agent reports it
+    slot: int | None  # the GPU slot the kubelet gave it, once the agent reports it
+    held: int | None  # that GPU's minor
     phase: str
     deleting: bool
     created: str  # creationTimestamp, to keep the oldest of two for one GPU
     moved: int = 0  # pods this snapshot accounts on ``held`` instead of ``minor``
 
     @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
     def live(self) -> bool:
-        return self.index >= 0 and not self.deleting and self.phase not in ("Succeeded", "Failed")
+        return self.index >= 0 and not self.deleting and not self.finished
 
     @property
     def covers(self) -> int | None:
@@ -58,35 +65,45 @@ class Reservation:
 @dataclass(slots=True)
 class ReservationBook:
     reservations: list[Reservation] = field(default_factory=list)
-    # (node index, minor recorded) -> (minor held, reservation): shares recorded on the
-    # first are on the second.
-    moves: dict[tuple[int, int], tuple[int, Reservation]] = field(default_factory=dict)
+    # (node index, minor recorded) -> the reservation that holds another GPU for the shares
+    # recorded there.
+    moves: dict[tuple[int, int], Reservation] = field(default_factory=dict)
     # Node name -> the GPU minors pods of ours hold through reservations (bound or assumed).
     backed: dict[str, set[int]] = field(default_factory=dict)
 
     def read(
-        self, state: ClusterState, readings: list[tuple[PodReading, int]], claims: KubeletClaims
+        self,
+        state: ClusterState,
+        readings: list[tuple[PodReading, int]],
+        claims: KubeletClaims,
+        nodes: set[str],
     ) -> None:
         """Take the reservation pods ``readings`` (each with its node index, -1 when the node
-        is not in the state) and the GPU each holds."""
+        is not in the state; ``nodes`` names every node there is) and the GPU each holds."""
         for pod, index in readings:
-            held = None
+            slot = held = None
             if index >= 0:
                 slots = claims.slots(index, pod)
                 if slots is not None and len(slots) == 1:
-                    held = state.devices[index].gpus[slots[0]].minor
-            r = Reservation(
-                pod.obj,
-                pod.key.partition("/")[2],
-                pod.node,
-                index,
-                reserved_minor(pod.obj),
-                held,
-                pod.phase,
-                pod.deleting,
-                pod.order[0],
+                    slot = slots[0]
+                    held = state.devices[index].gpus[slot].minor
+            spec = pod.spec if isinstance(pod.spec, PodSpec) else None
+            self.reservations.append(
+                Reservation(
+                    pod.obj,
+                    pod.key.partition("/")[2],
+                    pod.node,
+                    index,
+                    pod.node not in nodes,
+                    spec,
+                    reserved_minor(pod.obj),
+                    slot,
+                    held,
+                    pod.phase,
+                    pod.deleting,
+                    pod.order[0],
+                )
             )
-            self.reservations.append(r)
         live = [r for r in self.reservations if r.live]
         holding = {(r.index, r.held) for r in live if r.held is not None}
         waiting = {r.index for r in live if r.held is None}
@@ -96,40 +113,32 @@ class ReservationBook:
             # Shares recorded on a GPU some reservation holds are that one's, wherever each
             # reservation was made for: two that got each other's GPU move nothing.
             if (r.index, r.minor) not in holding:
-                self.moves.setdefault((r.index, r.minor), (r.held, r))
+                self.moves.setdefault((r.index, r.minor), r)
 
-    def moved(self, index: int, minors: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
-        """Where shares recorded on ``minors`` of node ``index`` are in fact, and the name of
-        the reservation that says so ("" when nothing moved)."""
-        names = []
+    def moved(
+        self, index: int, minors: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], list[Reservation]]:
+        """Where shares recorded on ``minors`` of node ``index`` are in fact, and the
+        reservations that say so (none when nothing moved)."""
         out = []
+        by = []
         for m in minors:
-            move = self.moves.get((index, m))
-            if move is None:
-                out.append(m)
-            else:
-                out.append(move[0])
-                names.append(move[1].name)
-        return tuple(out), ", ".join(names)
-
-    def count_move(self, index: int, minors: tuple[int, ...]) -> None:
-        for m in minors:
-            move = self.moves.get((index, m))
-            if move is not None:
-                move[1].moved += 1
+            r = self.moves.get((index, m))
+            out.append(m if r is None or r.held is None else r.held)
+            if r is not None:
+                by.append(r)
+        return tuple(out), by
 
     def back(self, node: str, minors: tuple[int, ...]) -> None:
         self.backed.setdefault(node, set()).update(minors)
 
-    def hold_idle(self, state: ClusterState, specs: Mapping[str, PodSpec]) -> None:
+    def hold_idle(self, state: ClusterState) -> None:
         """Account each reservation whose GPU holds no share of ours as holding it whole."""
         for r in self.reservations:
-            spec = specs.get(r.name)
-            if r.held is None or r.index < 0 or r.deleting or spec is None:
+            if not r.live or r.slot is None or r.spec is None:
                 continue
             if r.held in self.backed.get(r.node, ()):
                 continue
-            slot = next(i for i, d in enumerate(state.devices[r.index].gpus) if d.minor == r.held)
             # None: something else holds it in the books; the kubelet's checkpoint of that
             # pod corrects it, and the reservation is deleted once idle anyway.
-            account_unrecorded(state, spec, r.index, (slot,))
+            account_unrecorded(state, r.spec, r.index, (r.slot,))
