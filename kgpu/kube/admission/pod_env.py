@@ -20,7 +20,7 @@ init container gets its GPU environment from kgpu, whatever the pod or its image
 ``envFrom`` (and over the image's ``ENV``), so the explicit ``env`` entries are enough.
 
 A pod of ours that the scheduler cannot read is denied with the validating webhook's own
-message (:func:`kgpu.kube.admission.review.pod_problem`): its environment cannot be decided,
+message (:func:`kgpu.kube.admission.review.read_pod`): its environment cannot be decided,
 and the denial is the one the validating webhook would give anyway. Pods of other
 schedulers, and every other operation, are allowed unchanged.
 
@@ -37,7 +37,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from kgpu.kube.admission.review import admission_request, answer, deny, named, pod_problem
+from kgpu.kube.admission.review import admission_request, answer, deny, named, read_pod
 from kgpu.kube.objects.fields import Fields
 from kgpu.kube.objects.gpu_env import (
     CONTROLLED,
@@ -49,7 +49,8 @@ from kgpu.kube.objects.gpu_env import (
     VISIBLE_DEVICES,
     asks_device_plugin,
 )
-from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s
+from kgpu.kube.objects.node_pod import ConversionError, object_ref
+from kgpu.model.gpu import GpuRequest
 
 CONTAINER_GROUPS: Final = ("containers", "initContainers")
 # 12 hex digits: a collision between two pods of one namespace is left to chance (2**-48 per
@@ -80,15 +81,15 @@ def mutate(
     spec = pod.get("spec")
     if not isinstance(spec, Mapping) or spec.get("schedulerName") != scheduler_name:
         return answer(response)
-    problem = pod_problem(pod, scheduler_name)
-    if problem is None and not isinstance(obj.get("metadata"), Mapping):
+    read = read_pod(pod)
+    if not isinstance(read, str) and not isinstance(obj.get("metadata"), Mapping):
         # Never from an API server; the annotation would have nowhere to go.
-        problem = str(ConversionError(object_ref("Pod", pod), "metadata", None, "an object"))
-    if problem is not None:
-        deny(response, problem)
+        read = str(ConversionError(object_ref("Pod", pod), "metadata", None, "an object"))
+    if isinstance(read, str):
+        deny(response, read)
         return answer(response)
     try:
-        patch = env_patch(pod, token)
+        patch = env_patch(pod, read.gpu, token)
     except ConversionError as exc:
         deny(response, str(exc))
         return answer(response)
@@ -97,17 +98,19 @@ def mutate(
     return answer(response)
 
 
-def env_patch(pod: Obj, token: Callable[[int], str] = secrets.token_hex) -> list[dict[str, Any]]:
-    """The JSONPatch that gives a readable pod of ours its GPU environment.
+def env_patch(
+    pod: Obj, gpu: GpuRequest, token: Callable[[int], str] = secrets.token_hex
+) -> list[dict[str, Any]]:
+    """The JSONPatch that gives a pod of ours, which asks ``gpu``, its GPU environment.
 
     ConversionError when a container's ``env`` is not a list of objects."""
-    gpu = pod_from_k8s(pod).gpu
     ops: list[dict[str, Any]] = []
-    if gpu.gpu_slots > 0 and not asks_device_plugin(pod):
+    plugin = asks_device_plugin(pod)
+    if gpu.gpu_slots > 0 and not plugin:
         name = ENV_CONFIGMAP_PREFIX + token(NAME_BYTES)
         ops.append(_annotation_op(pod, ENV_CONFIGMAP_ANNOTATION, name))
         ours = _from_configmap(name)
-    elif gpu.count == 0 and not asks_device_plugin(pod):
+    elif gpu.count == 0 and not plugin:
         ours = [{"name": VISIBLE_DEVICES, "value": NO_GPU}]
     else:
         # The device plugin's Allocate sets them (and MIG instances are its devices too).

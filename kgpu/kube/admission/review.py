@@ -47,6 +47,7 @@ from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
 from kgpu.kube.workspaces.node_source import NodeSource, NodesUnavailable
 from kgpu.kube.workspaces.placement_check import validate_workspace, workspace_from_k8s
 from kgpu.model.card import QUOTA_ANNOTATION, CardError, parse_card_quota
+from kgpu.model.pod import PodSpec
 
 GPU_MEMORY_ANNOTATION: Final = "gpu-memory"
 REVIEW_API: Final = "admission.k8s.io/v1"
@@ -199,6 +200,12 @@ def pod_problem(obj: Obj, scheduler_name: str) -> str | None:
     spec = obj.get("spec")
     if not isinstance(spec, Mapping) or spec.get("schedulerName") != scheduler_name:
         return None
+    read = read_pod(obj)
+    return read if isinstance(read, str) else None
+
+
+def read_pod(obj: Obj) -> PodSpec | str:
+    """A pod of ours as the scheduler reads it, or the message that denies it."""
     meta = obj.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     memory = annotations.get(GPU_MEMORY_ANNOTATION) if isinstance(annotations, Mapping) else None
@@ -214,10 +221,9 @@ def pod_problem(obj: Obj, scheduler_name: str) -> str | None:
             )
         )
     try:
-        pod_from_k8s(obj)
+        return pod_from_k8s(obj)
     except ConversionError as exc:
         return str(exc)
-    return None
 
 
 def queue_problem(obj: Obj) -> str | None:
