@@ -247,3 +247,28 @@ def test_a_refused_answer_leaves_the_annotation_and_the_loop_runs_on(
         "(printable, no blanks, at most 253 characters); refused; the Device's checkpoint "
         "annotation is left as it is"
     ]
+
+
+def test_replicas_of_shared_gpus_are_one_gpu_each(
+    tmp_path: Path, pod_resources: PodResourcesClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # NVIDIA's plugin under MPS (renamed nvidia.com/gpu.shared) lists each GPU per replica.
+    caplog.set_level(logging.INFO, logger="kgpu.agent.kubelet_gpus")
+    probe = KubeletGpuProbe(pod_resources, None)
+    with KubeletDouble(pod_resources.socket) as kubelet:
+        kubelet.register(
+            "nvidia.com/gpu.shared", "GPU-b::0", "GPU-b::1", "GPU-a::0", "GPU-a::1", "GPU-a::2"
+        )
+        kubelet.numa = {"GPU-b::0": 1, "GPU-a::0": 0}
+        found = discover(probe)
+    assert [(g.minor, g.uuid, g.numa) for g in found.gpus] == [(0, "GPU-a", 0), (1, "GPU-b", 1)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "nvidia.com/gpu.shared GPUs read from the kubelet's pod-resources "
+        f"GetAllocatableResources at {pod_resources.socket}"
+    ]
+    # A kubelet 1.20: the checkpoint file's registered replicas say the same.
+    path = tmp_path / "kubelet_internal_checkpoint"
+    registered = {"nvidia.com/gpu.shared": ["GPU-b::0", "GPU-a::0", "GPU-a::1"]}
+    path.write_text(json.dumps({"Data": {"RegisteredDevices": registered}, "Checksum": 1}))
+    found = discover(KubeletGpuProbe(None, path))
+    assert [(g.minor, g.uuid) for g in found.gpus] == [(0, "GPU-a"), (1, "GPU-b")]

@@ -229,7 +229,8 @@ HOSTILE: list[tuple[str, object, str]] = [
     (
         "a GPU another entry names",
         entry("u2", "GPU-0"),
-        'checkpoint entry of pod UID u1 names GPU "GPU-0", expected a GPU no other entry names',
+        'checkpoint entry of pod UID u1 names nvidia.com/gpu "GPU-0", expected a device no '
+        "other entry names",
     ),
 ]
 
@@ -247,3 +248,40 @@ def test_a_bad_checkpoint_entry_is_refused_alone(bad: object, message: str) -> N
     if not shares_gpu_0:
         kept.add(Checkpoint("u1", "nvidia.com/gpu", ("GPU-0",)))
     assert set(devices.checkpoints) == kept
+
+
+def shared(uid: str, *ids: str) -> dict[str, object]:
+    return {"podUID": uid, "resourceName": "nvidia.com/gpu.shared", "deviceIDs": list(ids)}
+
+
+def test_replicas_of_a_shared_gpu_are_read_and_each_replica_is_one_pod_s() -> None:
+    """NVIDIA's plugin under MPS names the k-th replica of a GPU ``<uuid>::k``."""
+    entries = [
+        shared("u1", "GPU-1::0"),
+        shared("u2", "GPU-1::1", "GPU-1::2"),  # two replicas of the same GPU: fine
+        shared("u3", "GPU-1::0"),  # a replica u1 holds: neither entry is used
+        shared("u4", "GPU-7::0"),  # no such GPU
+        shared("u5", "GPU-2::x"),  # not a replica id
+        shared("u6", "GPU-0::0"),  # GPU 0 is also given whole (below): neither is used
+        entry("u7", "GPU-0"),
+        entry("u8", "GPU-1::3"),  # whole GPUs are named by uuid
+    ]
+    devices = devices_from_k8s(with_checkpoints(entries))
+    assert set(devices.checkpoints) == {
+        Checkpoint("u2", "nvidia.com/gpu.shared", ("GPU-1::1", "GPU-1::2"))
+    }
+    expected = (
+        '[3].deviceIDs[0] is "GPU-7::0", expected a replica of a GPU in spec.devices '
+        "(<uuid>::<n>), or its uuid",
+        '[4].deviceIDs[0] is "GPU-2::x", expected a replica of a GPU',
+        '[7].deviceIDs[0] is "GPU-1::3", expected the uuid of a GPU in spec.devices',
+        'pod UID u1 names nvidia.com/gpu.shared "GPU-1::0", expected a device no other entry',
+        'pod UID u3 names nvidia.com/gpu.shared "GPU-1::0", expected a device no other entry',
+        'pod UID u6 names nvidia.com/gpu.shared "GPU-0::0", expected a device no other entry',
+        'pod UID u7 names nvidia.com/gpu "GPU-0", expected a device no other entry names',
+    )
+    assert len(devices.refused) == len(expected), devices.refused
+    for part in expected:
+        assert any(part in r for r in devices.refused), part
+    assert devices.gpu_slots_of(("GPU-1::2",), replicas=True) == (1,)
+    assert devices.gpu_slots_of(("GPU-1::2",)) is None

@@ -176,3 +176,84 @@ def test_hostile_checkpoints_are_refused_alone_and_scheduling_goes_on(
         "pod kube-system/ghost, which does not exist (fake-gpu-0); "
         "pod default/elsewhere, which is bound to node n2 (fake-gpu-1)"
     ]
+
+
+def mps_node(name: str, gpus: int, replicas: int) -> dict[str, Any]:
+    """A node whose GPUs NVIDIA's plugin shares under MPS, renamed nvidia.com/gpu.shared."""
+    obj = node_obj(name, gpus=gpus, labels={"nvidia.com/gpu.replicas": str(replicas)})
+    allocatable = obj["status"]["allocatable"]  # the capacity too: one dict
+    del allocatable["nvidia.com/gpu"]
+    allocatable["nvidia.com/gpu.shared"] = str(gpus * replicas)
+    return obj
+
+
+def mps_pod(name: str, replicas: int) -> dict[str, Any]:
+    obj = pod_obj(name)
+    obj["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu.shared": str(replicas)}
+    return obj
+
+
+def replicas_held(name: str, *ids: str) -> dict[str, Any]:
+    return {**held(name, *ids), "resourceName": "nvidia.com/gpu.shared"}
+
+
+def test_mps_replicas_the_kubelet_gave_on_another_gpu_move_the_pod_there(
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
+    crds: None,
+) -> None:
+    double.put(mps_node("n1", gpus=2, replicas=2))
+    double.put(device("n1", 2))
+    double.put(mps_pod("a", 1))
+    scheduler = start()
+    wait_until(lambda: double.bound() == {"a": "n1"})
+    _, [chosen], milli = allocation_of(pod(double, "a"))
+    assert milli == 500  # one replica of two
+    other = 1 - chosen
+    # The device plugin gave the container a replica of the other GPU.
+    double.put(device("n1", 2, [replicas_held("a", f"fake-gpu-{other}::1")]))
+    wait_until(lambda: allocation_of(pod(double, "a"))[1] == [other])
+    wait_until(lambda: len(events(double, "DeviceAllocationCorrected")) == 1)
+    assert events(double, "DeviceAllocationCorrected") == [
+        f"a: the kubelet gave this pod GPU {other} of node n1, not GPU {chosen} as annotation "
+        f"kgpu.io/device-allocation said; the annotation now names GPU {other} and kgpu "
+        "counts them as the pod's"
+    ]
+    assert 'kgpu_device_allocation_corrections_total{node="n1"} 1.0' in metrics(scheduler)
+    # Three more replicas fill both GPUs exactly: none holds more than its two replicas.
+    for name in ("b", "c", "d"):
+        double.put(mps_pod(name, 1))
+    wait_until(lambda: len(double.bound()) == 4)
+    use: dict[int, int] = {}
+    for name in "abcd":
+        _, [minor], milli = allocation_of(pod(double, name))
+        use[minor] = use.get(minor, 0) + milli
+    assert use == {0: 1000, 1: 1000}
+
+
+def test_mps_replicas_of_two_gpus_for_a_one_gpu_request_are_reported_not_applied(
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
+    crds: None,
+) -> None:
+    double.put(mps_node("n1", gpus=2, replicas=4))
+    double.put(device("n1", 2))
+    obj = mps_pod("a", 2)
+    obj["spec"]["nodeName"] = "n1"
+    obj["metadata"]["annotations"]["kgpu.io/device-allocation"] = json.dumps(
+        {
+            "gpu": [
+                {"minor": 0, "resources": {"kgpu.io/gpu-milli": 500, "kubernetes.io/gpu-core": 50}}
+            ]
+        }
+    )
+    double.put(obj)
+    double.put(device("n1", 2, [replicas_held("a", "fake-gpu-0::0", "fake-gpu-1::0")]))
+    start()
+    wait_until(lambda: len(events(double, "DeviceAllocationConflict")) == 1)
+    assert events(double, "DeviceAllocationConflict") == [
+        "a: the kubelet gave this pod GPUs 0,1 of node n1, not GPU 0 as annotation "
+        "kgpu.io/device-allocation says, but it asks 2 replicas of one GPU, yet the kubelet "
+        "gave it replicas of GPUs [0, 1]; kgpu counts GPU 0 as the pod's until this is resolved"
+    ]
+    assert allocation_of(pod(double, "a"))[1] == [0]

@@ -9,7 +9,10 @@ the loop are those of an NVML node: a GPU's ``uuid`` is the device plugin's id (
 for NVIDIA's plugin, ``fake-gpu-2`` for a test node's), its minor the id's place in
 natural order (``fake-gpu-10`` after ``fake-gpu-9``; a GPU listed later takes the next
 minor, so none moves), its memory the Node's
-``nvidia.com/gpu.memory`` label (GPU feature discovery's, MiB) where there is one.
+``nvidia.com/gpu.memory`` label (GPU feature discovery's, MiB) where there is one. On a
+node whose GPUs NVIDIA's plugin shares (MPS or time-slicing, renamed
+``nvidia.com/gpu.shared``), each GPU is listed once per replica, ``GPU-…::3``: the GPU is
+the id before ``::``.
 What only NVML knows (product, PCI bus id, NVLinks, XIDs) is not claimed: links are
 "SYS", the farthest kind.
 """
@@ -29,10 +32,12 @@ from kgpu.agent.pod_resources_client import (
     PodResourcesError,
 )
 from kgpu.agent.probe import GpuFacts, GpuUnreadable, NvLink, ProbeError, Xid
+from kgpu.model.devices import replica_gpu
 
 log = logging.getLogger(__name__)
 NO_DRIVER: Final = "unknown (no NVML: GPUs as the kubelet lists them)"
 _SYSTEM: Final = 50  # nvmlTopologySystem: the kind that claims nothing
+SHARED_GPU_RESOURCE: Final = "nvidia.com/gpu.shared"
 
 
 def natural_key(device_id: str) -> list[str | int]:
@@ -51,21 +56,35 @@ class KubeletGpuProbe:
         pod_resources: PodResourcesClient | None,
         checkpoint: Path | None,
         memory_mib: int = 0,  # 0: not known (the scheduler takes the node's figure)
-        resource: str = GPU_RESOURCE,
+        resources: tuple[str, ...] = (GPU_RESOURCE, SHARED_GPU_RESOURCE),
     ) -> None:
         self.pod_resources = pod_resources
         self.checkpoint = checkpoint
         self.memory_mib = memory_mib
-        self.resource = resource
+        self.resources = resources
+        self._resource_of: dict[str, str] = {}  # a GPU's resource, for messages
         self.source = ""  # where the last count() read the GPUs
         self._seen: list[str] = []  # every id listed so far, in natural order
         self._listed: dict[str, int] = {}  # the ids listed now, with their NUMA node
 
     def _read(self) -> tuple[list[AllocatableDevice], str]:
+        """The GPUs of every resource, each once (replicas of a shared GPU are one GPU)."""
+        gpus: dict[str, AllocatableDevice] = {}
+        source = ""
+        for resource in self.resources:
+            found, source = self._read_ids(resource)
+            for device in found:
+                gpu = replica_gpu(device.id)
+                if gpu not in gpus:
+                    gpus[gpu] = AllocatableDevice(gpu, device.numa)
+                    self._resource_of[gpu] = resource
+        return list(gpus.values()), source
+
+    def _read_ids(self, resource: str) -> tuple[list[AllocatableDevice], str]:
         client = self.pod_resources
         if client is not None and client.socket.exists():
             try:
-                found = client.allocatable(self.resource)
+                found = client.allocatable(resource)
             except PodResourcesError as exc:
                 raise ProbeError(f"the kubelet's GPUs cannot be read: {exc}") from exc
             if found is not None:
@@ -73,7 +92,7 @@ class KubeletGpuProbe:
         if self.checkpoint is None:
             return [], "nowhere (no pod-resources GetAllocatableResources, no checkpoint file)"
         try:
-            ids = read_registered(self.checkpoint, self.resource)
+            ids = read_registered(self.checkpoint, resource)
         except CheckpointError as exc:
             raise ProbeError(f"the kubelet's GPUs cannot be read: {exc}") from exc
         return [AllocatableDevice(i) for i in ids or ()], f"checkpoint file {self.checkpoint}"
@@ -81,7 +100,8 @@ class KubeletGpuProbe:
     def count(self) -> int:
         found, source = self._read()
         if source != self.source:
-            log.info("%s GPUs read from the kubelet's %s", self.resource, source)
+            named = sorted({self._resource_of[d.id] for d in found}) or [self.resources[0]]
+            log.info("%s GPUs read from the kubelet's %s", " and ".join(named), source)
             self.source = source
         self._listed = {d.id: d.numa for d in found}
         # New ids take the next minors, in natural order among themselves: a GPU listed
@@ -96,9 +116,10 @@ class KubeletGpuProbe:
     def gpu(self, index: int) -> GpuFacts:
         device = self._seen[index]
         if device not in self._listed:
+            resource = self._resource_of.get(device, self.resources[0])
             raise GpuUnreadable(
-                f"the kubelet no longer lists {self.resource} {device}: its device plugin "
-                "found it unhealthy, or is gone"
+                f"the kubelet no longer lists {resource} {device}: its device plugin found it "
+                "unhealthy, or is gone"
             )
         return GpuFacts(
             index=index,

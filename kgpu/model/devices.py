@@ -12,9 +12,21 @@ sorted by minor, so that the slot a decision names maps to one physical device.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Final
 
 from kgpu.model.topology import GpuLinks
+
+# NVIDIA's device plugin names the k-th replica of a shared GPU (MPS or time-slicing)
+# ``<GPU uuid>::<k>``; the GPU is the part before ``::``.
+_REPLICA: Final = re.compile(r"(?P<gpu>.+)::[0-9]{1,6}")
+
+
+def replica_gpu(device_id: str) -> str:
+    """The GPU a device plugin id names: ``GPU-1::3`` is a replica of ``GPU-1``."""
+    match = _REPLICA.fullmatch(device_id)
+    return device_id if match is None else match["gpu"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +64,17 @@ class NodeDevices:
     # Checkpoint entries not taken, each with why (malformed, or naming GPUs not listed).
     refused: tuple[str, ...] = ()
 
-    def gpu_slots_of(self, device_ids: tuple[str, ...]) -> tuple[int, ...] | None:
+    def gpu_slots_of(
+        self, device_ids: tuple[str, ...], replicas: bool = False
+    ) -> tuple[int, ...] | None:
         """The slots of GPUs named by UUID (or by minor as a decimal string); None if any
-        is unknown."""
+        is unknown. With ``replicas``, an id may name a replica of a GPU (``GPU-1::3``)."""
         by_id = {d.uuid: i for i, d in enumerate(self.gpus) if d.uuid}
         by_minor = {str(d.minor): i for i, d in enumerate(self.gpus)}
         slots = []
         for ident in device_ids:
+            if replicas:
+                ident = replica_gpu(ident)
             slot = by_id.get(ident, by_minor.get(ident))
             if slot is None:
                 return None

@@ -14,7 +14,8 @@ Its annotation ``kgpu.io/devices-checkpoints`` (or Koordinator's
 whoever placed it: ``[{"podUID": "…", "podNamespace": "…", "podName": "…",
 "resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-…"]}]`` (the UID, or the namespace
 and name, may be missing; ``nvidia.com/gpu`` ids are the ``uuid`` of GPUs listed in
-``spec.devices``). The node's agent writes it, so it is read as untrusted: bounded, and an
+``spec.devices``, ``nvidia.com/gpu.shared`` ids name replicas of them, ``GPU-…::3``, as
+NVIDIA's device plugin does under MPS or time-slicing). The node's agent writes it, so it is read as untrusted: bounded, and an
 entry that cannot be used is refused alone, with why (``NodeDevices.refused``).
 
 The GPU link matrix, where ``nvidia-smi topo -m`` is known, is the annotation
@@ -33,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from kgpu.kube.objects.fields import MISSING, ConversionError, Fields, show
+from kgpu.kube.objects.gpu_dialects import MPS_RESOURCE
 from kgpu.model.devices import Checkpoint, Device, NodeDevices
 from kgpu.model.topology import LINK_KINDS, GpuLinks, link_rank, links_from_peers
 from kgpu.model.units import MIB
@@ -51,6 +53,8 @@ _MATRIX: Final = (
 )
 _CHECKPOINTS: Final = 'a JSON list such as [{"podUID": "…", "resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-…"]}]'
 WHOLE_GPU_RESOURCE: Final = "nvidia.com/gpu"
+# MPS (or time-sliced) replicas of a GPU, as NVIDIA's device plugin renames them.
+SHARED_GPU_RESOURCE: Final = MPS_RESOURCE
 # Bounds on what a node's agent can make the scheduler read: the API server's own limit on
 # an object's annotations, entries for more pods than any node runs, more devices than a
 # pod could be given, names longer than Kubernetes names.
@@ -215,18 +219,38 @@ def _checkpoints(
             seen.add(pod)
             taken.append(found)
     # A GPU two entries name is given to neither: which one the kubelet gave it is unknown.
-    named: dict[str, set[str]] = {}
+    # So is a replica of a shared GPU that two entries name, or a GPU named both whole and
+    # by its replicas (no device plugin hands out one GPU both ways).
+    whole: dict[int, set[str]] = {}
+    replica: dict[str, set[str]] = {}
+    shared: dict[int, set[str]] = {}
     for found in taken:
-        if found.resource == WHOLE_GPU_RESOURCE:
+        replicas = found.resource == SHARED_GPU_RESOURCE
+        if found.resource == WHOLE_GPU_RESOURCE or replicas:
             for ident in found.device_ids:
-                named.setdefault(ident, set()).add(_pod_of(found))
+                slot = _slot(known, ident, replicas)
+                if replicas:
+                    replica.setdefault(ident, set()).add(_pod_of(found))
+                    shared.setdefault(slot, set()).add(_pod_of(found))
+                else:
+                    whole.setdefault(slot, set()).add(_pod_of(found))
     out = []
     for found in taken:
-        twice = [d for d in found.device_ids if len(named.get(d, ())) > 1]
-        if found.resource == WHOLE_GPU_RESOURCE and twice:
+        twice: list[str] = []
+        if found.resource == WHOLE_GPU_RESOURCE:
+            twice = [
+                d
+                for d in found.device_ids
+                if len(whole[_slot(known, d, False)]) > 1 or _slot(known, d, False) in shared
+            ]
+        elif found.resource == SHARED_GPU_RESOURCE:
+            twice = [
+                d for d in found.device_ids if len(replica[d]) > 1 or _slot(known, d, True) in whole
+            ]
+        if twice:
             refused.append(
-                f"{fields.ref}: checkpoint entry of pod {_pod_of(found)} names GPU "
-                f"{show(twice[0])}, expected a GPU no other entry names"
+                f"{fields.ref}: checkpoint entry of pod {_pod_of(found)} names "
+                f"{found.resource} {show(twice[0])}, expected a device no other entry names"
             )
         else:
             out.append(found)
@@ -258,7 +282,18 @@ def _checkpoint(fields: Fields, where: str, entry: object, known: NodeDevices) -
             raise fields.fail(at, ident, "each device id once")
         if resource == WHOLE_GPU_RESOURCE and known.gpu_slots_of((ident,)) is None:
             raise fields.fail(at, ident, "the uuid of a GPU in spec.devices")
+        if resource == SHARED_GPU_RESOURCE and known.gpu_slots_of((ident,), True) is None:
+            raise fields.fail(
+                at, ident, "a replica of a GPU in spec.devices (<uuid>::<n>), or its uuid"
+            )
     return Checkpoint(uid, resource, tuple(ids), namespace, name)
+
+
+def _slot(known: NodeDevices, ident: str, replicas: bool) -> int:
+    """The GPU slot of an id that :func:`_checkpoint` accepted."""
+    slots = known.gpu_slots_of((ident,), replicas)
+    assert slots is not None  # checked as the entry was read
+    return slots[0]
 
 
 def _short(fields: Fields, entry: Mapping[str, Any], key: str, where: str) -> str:

@@ -112,10 +112,17 @@ def minors_of(state: ClusterState, node: int, slots: tuple[int, ...]) -> tuple[i
 
 def claim_problem(state: ClusterState, spec: PodSpec, node: int, slots: tuple[int, ...]) -> str:
     """Why the pod cannot be accounted on the GPU ``slots`` the kubelet says it holds; ""
-    when it can: it asks whole GPUs, as many, and kgpu's books have them free."""
+    when it can: it asks whole GPUs, as many, or replicas of one GPU (MPS cards), and kgpu's
+    books have room there."""
     req = spec.gpu
     minors = minors_of(state, node, slots)
-    if req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
+    if req.kind is GpuKind.MPS:
+        if len(slots) != 1:
+            return (
+                f"it asks {req.replicas} replicas of one GPU, yet the kubelet gave it "
+                f"replicas of GPUs {list(minors)}"
+            )
+    elif req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU:
         return f"it asks a share of a GPU, yet the kubelet gave it whole GPUs {list(minors)}"
     if len(slots) != req.count:
         return f"it asks {req.count} GPUs, yet the kubelet gave it GPUs {list(minors)}"

@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kgpu.kube.objects.device_allocation import DeviceAllocation
-from kgpu.kube.objects.device_cr import WHOLE_GPU_RESOURCE
+from kgpu.kube.objects.device_cr import SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
 from kgpu.kube.snapshot.allocation_rebuild import account_recorded, claim_problem, minors_of
 from kgpu.kube.snapshot.conversion_cache import PodReading
 from kgpu.model.devices import Checkpoint
+from kgpu.model.gpu import GpuKind
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import ClusterState
 
@@ -53,31 +54,39 @@ class Difference:
 
 
 class KubeletClaims:
-    """The ``nvidia.com/gpu`` checkpoint entries of every node of a ClusterState, by pod."""
+    """The ``nvidia.com/gpu`` and ``nvidia.com/gpu.shared`` checkpoint entries of every node
+    of a ClusterState, by pod: the GPUs, or replicas of a GPU, the kubelet gave it."""
 
     def __init__(self, state: ClusterState) -> None:
         self._state = state
-        self._by_uid: dict[tuple[int, str], Checkpoint] = {}
-        self._by_name: dict[tuple[int, str], Checkpoint] = {}
+        self._by_uid: dict[tuple[int, str, str], Checkpoint] = {}
+        self._by_name: dict[tuple[int, str, str], Checkpoint] = {}
         self._taken: set[tuple[int, Checkpoint]] = set()
         for index, devices in enumerate(state.devices):
             for entry in devices.checkpoints:
-                if entry.resource != WHOLE_GPU_RESOURCE:
+                if entry.resource not in (WHOLE_GPU_RESOURCE, SHARED_GPU_RESOURCE):
                     continue
                 if entry.pod_uid:
-                    self._by_uid[index, entry.pod_uid] = entry
+                    self._by_uid[index, entry.pod_uid, entry.resource] = entry
                 else:  # a UID names one incarnation of a pod; a name, whichever is there now
-                    self._by_name[index, f"{entry.pod_namespace}/{entry.pod_name}"] = entry
+                    key = f"{entry.pod_namespace}/{entry.pod_name}"
+                    self._by_name[index, key, entry.resource] = entry
 
     def slots(self, index: int, pod: PodReading) -> tuple[int, ...] | None:
-        """The GPU slots of node ``index`` the kubelet gave ``pod``; None when it says none."""
+        """The GPU slots of node ``index`` the kubelet gave ``pod`` (for MPS cards, the GPUs
+        of the replicas it gave); None when it says none."""
         if not self._by_uid and not self._by_name:
             return None
-        entry = self._by_uid.get((index, pod.uid)) or self._by_name.get((index, pod.key))
+        spec = pod.spec
+        shared = isinstance(spec, PodSpec) and spec.gpu.kind is GpuKind.MPS
+        resource = SHARED_GPU_RESOURCE if shared else WHOLE_GPU_RESOURCE
+        entry = self._by_uid.get((index, pod.uid, resource)) or self._by_name.get(
+            (index, pod.key, resource)
+        )
         if entry is None:
             return None
         self._taken.add((index, entry))
-        return self._state.devices[index].gpu_slots_of(entry.device_ids)
+        return self._state.devices[index].gpu_slots_of(entry.device_ids, replicas=shared)
 
     def strays(self, readings: Iterable[PodReading]) -> dict[int, str]:
         """By node index: the entries no pod there took whose pod does not exist or is bound
@@ -85,7 +94,7 @@ class KubeletClaims:
         left = [
             (i, e)
             for table in (self._by_uid, self._by_name)
-            for (i, _), e in table.items()
+            for (i, _, _), e in table.items()
             if (i, e) not in self._taken
         ]
         if not left:
