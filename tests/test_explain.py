@@ -25,6 +25,7 @@ from kgpu.kube.explain.explanation import (
     explain_pending,
 )
 from kgpu.kube.explain.near_miss import near_misses
+from kgpu.kube.objects.gpu_env import configmap_env
 from kgpu.model.devices import Device, NodeDevices
 from kgpu.model.taints import Effect
 from kgpu.state.cluster import ClusterState
@@ -448,6 +449,37 @@ def test_a_share_the_webhook_did_not_see_is_explained_as_kgpu_run_refuses_it() -
     # Mutated, it is placed like any share; and a scheduler that only accounts shares
     # (kgpu run --no-confine-shares) places it without.
     mutated = k8s_pod("half", annotations={"gpu-fraction": "0.5", "kgpu.io/gpu-env-configmap": "kgpu-gpu-env-0123456789ab"})  # fmt: skip
-    assert "no node can take it" not in explain_from_objects(mutated, nodes, [mutated], "kgpu-scheduler").lines()[0]  # fmt: skip
+    mutated["spec"]["containers"][0]["env"] = configmap_env("kgpu-gpu-env-0123456789ab")
+    assert explain_from_objects(mutated, nodes, [mutated], "kgpu-scheduler").lines()[0] == (
+        "Pod ml/half is pending, but fits now: kgpu would place it on a100-1, GPU 0 (0.5 of it)."
+    )
     unconfined = explain_from_objects(share, nodes, [share], "kgpu-scheduler", reservation_namespace=None)  # fmt: skip
     assert "cannot read its request" not in unconfined.lines()[0]
+
+
+def test_a_pod_whose_own_env_would_widen_its_gpus_is_explained_as_refused() -> None:
+    """The annotation alone, or a device-plugin pod that sets NVIDIA_VISIBLE_DEVICES itself
+    (created while the webhook was not serving): either would see GPUs it was not given."""
+    nodes = [k8s_node("a100-1", 2)]
+    all_gpus = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    forged = k8s_pod("half", annotations={"gpu-fraction": "0.5", "kgpu.io/gpu-env-configmap": "kgpu-gpu-env-0123456789ab"})  # fmt: skip
+    forged["spec"]["containers"][0]["env"] = all_gpus
+    whole = k8s_pod("one", gpus=1)
+    whole["spec"]["containers"][0]["env"] = all_gpus
+    cpu = k8s_pod("cpu")
+    cpu["spec"]["containers"][0]["env"] = all_gpus
+    for pod, expected in (
+        (forged, "NVIDIA_VISIBLE_DEVICES and the MPS limits from ConfigMap kgpu-gpu-env-0123456789ab"),
+        (whole, "no NVIDIA_VISIBLE_DEVICES, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, "
+         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT of the pod's own: the device plugin sets them"),
+        (cpu, "NVIDIA_VISIBLE_DEVICES=void or none"),
+    ):  # fmt: skip
+        answer = explain_from_objects(pod, nodes, [pod], "kgpu-scheduler")
+        assert answer.lines()[0].endswith("is pending: kgpu cannot read its request.")
+        assert (
+            'spec.containers[0].env is [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], '
+            f"expected {expected}, as kgpu's mutating webhook sets it"
+        ) in answer.lines()[1]
+    # Without an entry of its own, a pod asking the device plugin is placed.
+    del whole["spec"]["containers"][0]["env"]
+    assert "fits now" in explain_from_objects(whole, nodes, [whole], "kgpu-scheduler").lines()[0]

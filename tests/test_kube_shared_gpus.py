@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kgpu.kube.live.loop import LoopConfig
+from kgpu.kube.objects.gpu_env import configmap_env
 from kgpu.kube.objects.reservation_pod import ReservationConfig
 from tests.kube_double import KubeDouble
 from tests.kube_objects import allocation_of, node_obj, pod_obj, wait_until
@@ -36,7 +37,9 @@ def share(name: str, fraction: str = "0.5", configmap: str | None = None) -> dic
     """A share as the mutating webhook leaves it: it names its GPU-env ConfigMap."""
     cm = configmap if configmap is not None else f"kgpu-gpu-env-{name}"
     notes = {"kgpu.io/gpu-env-configmap": cm} if cm else {}
-    return pod_obj(name, fraction=fraction, annotations=notes)
+    obj = pod_obj(name, fraction=fraction, annotations=notes)
+    obj["spec"]["containers"][0]["env"] = configmap_env(cm)
+    return obj
 
 
 def one_node(api: KubeDouble, gpus: int, **node: Any) -> None:
@@ -182,10 +185,19 @@ def test_a_share_the_webhook_did_not_see_is_not_placed_and_says_why(
     double.put(share("a", configmap=""))
     double.put(share("b", configmap="someone-elses-configmap"))
     double.put(pod_obj("whole", gpus=1))
+    # Created while the webhook did not serve: its own value would beat the device plugin's.
+    sees_all = pod_obj("sees-all", gpus=1)
+    sees_all["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    double.put(sees_all)
     start(loop=fast())
     wait_until(lambda: bound(double) == {"whole": "n1"})
-    wait_until(lambda: {e[0] for e in events(double, "FailedScheduling")} >= {"a", "b"})
+    names = {"a", "b", "sees-all"}
+    wait_until(lambda: {e.split(":")[0] for e in events(double, "FailedScheduling")} >= names)
     said = "\n".join(events(double, "FailedScheduling"))
+    assert (
+        'sees-all: Pod default/sees-all: spec.containers[0].env is [{"name": '
+        '"NVIDIA_VISIBLE_DEVICES", "value": "all"}], expected no NVIDIA_VISIBLE_DEVICES'
+    ) in said
     assert "a: Pod default/a: annotation kgpu.io/gpu-env-configmap is missing" in said
     assert 'b: Pod default/b: annotation kgpu.io/gpu-env-configmap is "someone-elses' in said
     assert "create the pod again while the webhook serves" in said

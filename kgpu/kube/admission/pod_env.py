@@ -43,11 +43,10 @@ from kgpu.kube.objects.gpu_env import (
     CONTROLLED,
     ENV_CONFIGMAP_ANNOTATION,
     ENV_CONFIGMAP_PREFIX,
-    MPS_MEMORY,
-    MPS_THREADS,
     NO_GPU,
     VISIBLE_DEVICES,
     asks_device_plugin,
+    configmap_env,
 )
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
 from kgpu.model.gpu import GpuRequest
@@ -109,7 +108,7 @@ def env_patch(
     if gpu.gpu_slots > 0 and not plugin:
         name = ENV_CONFIGMAP_PREFIX + token(NAME_BYTES)
         ops.append(_annotation_op(pod, ENV_CONFIGMAP_ANNOTATION, name))
-        ours = _from_configmap(name)
+        ours = configmap_env(name)
     elif gpu.count == 0 and not plugin:
         ours = [{"name": VISIBLE_DEVICES, "value": NO_GPU}]
     else:
@@ -125,17 +124,6 @@ def env_patch(
                 continue
             ops.append({"op": "add", "path": f"/spec/{group}/{i}/env", "value": kept + ours})
     return ops
-
-
-def _from_configmap(name: str) -> list[dict[str, Any]]:
-    def ref(key: str, optional: bool) -> dict[str, Any]:
-        selector: dict[str, Any] = {"name": name, "key": key}
-        if optional:
-            selector["optional"] = True
-        return {"name": key, "valueFrom": {"configMapKeyRef": selector}}
-
-    # Not optional: the kubelet holds the container until kgpu run has written the GPU.
-    return [ref(VISIBLE_DEVICES, False), ref(MPS_THREADS, True), ref(MPS_MEMORY, True)]
 
 
 def _annotation_op(pod: Obj, key: str, value: str) -> dict[str, Any]:

@@ -81,6 +81,53 @@ def env_configmap(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def configmap_env(name: str) -> list[dict[str, Any]]:
+    """The env entries the webhook gives each container of a share: its GPU and MPS limits
+    from the ConfigMap ``name``."""
+
+    def ref(key: str, optional: bool) -> dict[str, Any]:
+        selector: dict[str, Any] = {"name": name, "key": key}
+        if optional:
+            selector["optional"] = True
+        return {"name": key, "valueFrom": {"configMapKeyRef": selector}}
+
+    # Not optional: the kubelet holds the container until kgpu run has written the GPU.
+    return [ref(VISIBLE_DEVICES, False), ref(MPS_THREADS, True), ref(MPS_MEMORY, True)]
+
+
+def own_env(pod: Mapping[str, Any], share: bool, gpus: bool) -> tuple[str, object, str] | None:
+    """Where a pod of ours sets the GPU environment otherwise than the webhook leaves it,
+    so that a container would see GPUs it was not given: (field, value, what was expected);
+    None when it is as the webhook leaves it. ``share``: it holds GPUs through a
+    reservation (its env must come from its ConfigMap); ``gpus``: it asks any GPU.
+
+    A pod without GPUs that sets none is let through: the webhook would have written
+    ``void``, but only the image can then widen what it sees (see docs/DEVICES.md)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    name = env_configmap(pod)
+    if share:
+        want: list[Any] = configmap_env(name or "")
+        expected = f"{VISIBLE_DEVICES} and the MPS limits from ConfigMap {name}"
+    elif gpus:
+        want = []
+        expected = f"no {', '.join(CONTROLLED)} of the pod's own: the device plugin sets them"
+    else:
+        want = [{"name": VISIBLE_DEVICES, "value": NO_GPU}]
+        expected = f"{VISIBLE_DEVICES}={NO_GPU} or none"
+    for group in ("containers", "initContainers"):
+        containers = spec.get(group)
+        for i, container in enumerate(containers if isinstance(containers, list) else ()):
+            env = container.get("env") if isinstance(container, Mapping) else None
+            env = env if isinstance(env, list) else []
+            found = [e for e in env if isinstance(e, Mapping) and e.get("name") in CONTROLLED]
+            if found != want and (share or gpus or found):
+                shown = found if len(str(found)) <= 200 else f"{len(found)} entries"
+                return f"spec.{group}[{i}].env", shown, expected
+    return None
+
+
 def env_values(uuid: str, milli: int, memory_mib: int, mps: bool) -> dict[str, str]:
     """The ConfigMap's data for a pod that holds ``milli`` thousandths and ``memory_mib`` MiB
     of the GPU ``uuid``; with ``mps``, the limits NVIDIA's MPS enforces: the share of the

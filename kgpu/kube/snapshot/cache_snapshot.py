@@ -48,6 +48,7 @@ from kgpu.kube.objects.gpu_env import (
     ENV_CONFIGMAP_ANNOTATION,
     ENV_CONFIGMAP_PREFIX,
     env_configmap,
+    own_env,
 )
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
 from kgpu.kube.objects.reservation_pod import is_reservation
@@ -411,20 +412,36 @@ def _backed(pod: PodReading, spec: PodSpec) -> bool:
 
 
 def _confinable(pod: PodReading, spec: PodSpec) -> PodSpec | ConversionError:
-    """``spec``, or why a pending share cannot be scheduled: its containers would not be
-    confined to the GPU it is given."""
-    if not _backed(pod, spec) or env_configmap(pod.obj) is not None:
+    """``spec``, or why a pending pod cannot be scheduled: its containers would not be
+    confined to the GPUs it is given (the webhook did not give it its GPU environment)."""
+    share = _backed(pod, spec)
+    again = (
+        "create the pod again while the webhook serves (kgpu run serves it, kgpu manifests "
+        "installs it)"
+    )
+    if share and env_configmap(pod.obj) is None:
+        notes = meta(pod.obj).get("annotations")
+        value = (
+            notes.get(ENV_CONFIGMAP_ANNOTATION, MISSING) if isinstance(notes, Mapping) else MISSING
+        )
+        return ConversionError(
+            object_ref("Pod", pod.obj),
+            f"annotation {ENV_CONFIGMAP_ANNOTATION}",
+            value,
+            "the name of a ConfigMap kgpu's mutating webhook chose when the pod was created "
+            f"({ENV_CONFIGMAP_PREFIX}...): without it the pod's containers could not be "
+            f"confined to the GPU it would be given; {again}",
+        )
+    wrong = own_env(pod.obj, share, spec.gpu.count > 0 or spec.gpu.gpu_slots > 0)
+    if wrong is None:
         return spec
-    notes = meta(pod.obj).get("annotations")
-    value = notes.get(ENV_CONFIGMAP_ANNOTATION, MISSING) if isinstance(notes, Mapping) else MISSING
+    field, value, expected = wrong
     return ConversionError(
         object_ref("Pod", pod.obj),
-        f"annotation {ENV_CONFIGMAP_ANNOTATION}",
+        field,
         value,
-        "the name of a ConfigMap kgpu's mutating webhook chose when the pod was created "
-        f"({ENV_CONFIGMAP_PREFIX}...): without it the pod's containers could not be confined "
-        "to the GPU it would be given; create the pod again while the webhook serves (kgpu "
-        "run serves it, kgpu manifests installs it)",
+        f"{expected}, as kgpu's mutating webhook sets it: the pod's own would show its "
+        f"containers other GPUs than kgpu gives it; {again}",
     )
 
 
