@@ -451,3 +451,20 @@ def test_a_share_the_webhook_did_not_see_is_explained_as_kgpu_run_refuses_it() -
     assert "no node can take it" not in explain_from_objects(mutated, nodes, [mutated], "kgpu-scheduler").lines()[0]  # fmt: skip
     unconfined = explain_from_objects(share, nodes, [share], "kgpu-scheduler", reservation_namespace=None)  # fmt: skip
     assert "cannot read its request" not in unconfined.lines()[0]
+
+
+def test_a_pod_naming_a_queue_its_namespace_may_not_use_is_told_so() -> None:
+    obj = k8s_pod("steal", gpus=1)
+    obj["metadata"]["namespace"] = "team-b"
+    obj["metadata"]["labels"] = {"kgpu.io/queue": "team-a"}
+    queue = {"apiVersion": "kgpu.io/v1alpha1", "kind": "Queue", "metadata": {"name": "team-a"},
+             "spec": {"namespaces": ["team-a"]}}  # fmt: skip
+    nodes = [k8s_node("a100-1", 1)]
+    answer = explain_from_objects(obj, nodes, [obj], "kgpu-scheduler", queues=[queue])
+    assert answer.queue == (
+        'queue "team-a" cannot be used, so the pod waits: namespace team-b may not use queue '
+        "team-a: Queue team-a serves namespace team-a (spec.namespaces)"
+    )
+    obj["metadata"]["namespace"] = "team-a"
+    answer = explain_from_objects(obj, nodes, [obj], "kgpu-scheduler", queues=[queue])
+    assert answer.queue == 'queue "team-a": deserved nothing, no limit'
