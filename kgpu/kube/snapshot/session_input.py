@@ -210,14 +210,16 @@ def assemble(
     for key, entry in assumed.items():
         if key in allocations and key not in running:
             add(Task(entry.spec, job_of(entry.spec), now), None)
+    batch_jobs: list[tuple[PodKey, JobKey]] = []
     for pod in batch:
         job = job_of(pod.spec)
         if job in objects.invalid:
             blocked[pod.spec.key] = (INVALID_PODGROUP, objects.invalid[job])
             continue
         add(Task(pod.spec, job), pod.obj)
+        batch_jobs.append((pod.spec.key, job))
     jobs: list[JobSpec] = []
-    admitted: dict[PodKey, str] = {}
+    queue_of: dict[JobKey, str] = {}
     refused: set[str] = set()
     for job_key, members in pods_of.items():
         spec = objects.jobs.get(job_key)
@@ -226,9 +228,7 @@ def assemble(
             named = spec.queue if spec is not None else ""
             named = named or next((t.pod.queue for t in members if t.pod.queue), "")
         queue = _fenced(job_key, named, members, objects, allocations, blocked, refused)
-        for task in members:
-            if task.key not in allocations:
-                admitted[task.pod.key] = queue or DEFAULT_QUEUE
+        queue_of[job_key] = queue
         priority = max(t.pod.priority for t in members)
         if spec is not None:
             priority = objects.priorities.get(job_key, priority)
@@ -237,6 +237,8 @@ def assemble(
             alone = members[0].pod
             jobs.append(JobSpec(job_key, queue, priority=priority, created=created[alone.key]))
         # else: pods of a PodGroup that does not exist; the session says so
+    # Only the batch's pods bind: what a running pod was charged to is recorded already.
+    admitted = {key: queue_of.get(job, "") or DEFAULT_QUEUE for key, job in batch_jobs}
     if refused:
         tasks = [t for t in tasks if t.key not in refused]
     if not objects.enforced:
