@@ -483,3 +483,20 @@ def test_a_pod_whose_own_env_would_widen_its_gpus_is_explained_as_refused() -> N
     # Without an entry of its own, a pod asking the device plugin is placed.
     del whole["spec"]["containers"][0]["env"]
     assert "fits now" in explain_from_objects(whole, nodes, [whole], "kgpu-scheduler").lines()[0]
+
+
+def test_a_pod_naming_a_queue_its_namespace_may_not_use_is_told_so() -> None:
+    obj = k8s_pod("steal", gpus=1)
+    obj["metadata"]["namespace"] = "team-b"
+    obj["metadata"]["labels"] = {"kgpu.io/queue": "team-a"}
+    queue = {"apiVersion": "kgpu.io/v1alpha1", "kind": "Queue", "metadata": {"name": "team-a"},
+             "spec": {"namespaces": ["team-a"]}}  # fmt: skip
+    nodes = [k8s_node("a100-1", 1)]
+    answer = explain_from_objects(obj, nodes, [obj], "kgpu-scheduler", queues=[queue])
+    assert answer.queue == (
+        'queue "team-a" cannot be used, so the pod waits: namespace team-b may not use queue '
+        "team-a: Queue team-a serves namespace team-a (spec.namespaces)"
+    )
+    obj["metadata"]["namespace"] = "team-a"
+    answer = explain_from_objects(obj, nodes, [obj], "kgpu-scheduler", queues=[queue])
+    assert answer.queue == 'queue "team-a": deserved nothing, no limit'

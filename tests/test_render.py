@@ -261,8 +261,9 @@ def test_webhook_rules(install: list[Obj]) -> None:
         for w in config["webhooks"]
     }
     assert rules == {
-        # CREATE only: an UPDATE rule would judge every status and label change
-        "pods.kgpu.io": [("", ("CREATE",), "pods")],
+        # UPDATE too: a pod may not be relabelled into a queue its namespace may not use, nor
+        # a bound pod change its queue (status writes go to pods/status, not matched here)
+        "pods.kgpu.io": [("", ("CREATE", "UPDATE"), "pods")],
         "queues.kgpu.io": [
             ("kgpu.io", ("CREATE", "UPDATE"), "queues"),
             ("scheduling.volcano.sh", ("CREATE", "UPDATE"), "queues"),
@@ -281,7 +282,8 @@ def test_webhook_rules(install: list[Obj]) -> None:
     # The mutating hook: pods at CREATE, from the same namespaces, under the same policy.
     [mutating] = by_kind(install, "MutatingWebhookConfiguration")
     [env] = mutating["webhooks"]
-    assert (env["name"], env["rules"]) == ("env.pods.kgpu.io", config["webhooks"][0]["rules"])
+    assert env["name"] == "env.pods.kgpu.io"
+    assert [(r["operations"], r["resources"]) for r in env["rules"]] == [(["CREATE"], ["pods"])]
     assert env["namespaceSelector"] == config["webhooks"][0]["namespaceSelector"]
     assert (env["failurePolicy"], env["reinvocationPolicy"]) == ("Ignore", "Never")
     strict = render_objects(InstallOptions(failure_policy="Fail"))
@@ -295,10 +297,13 @@ def test_webhook_rules(install: list[Obj]) -> None:
     assert "--on-nodes-unavailable=admit" in args
 
 
-def test_the_webhook_may_list_nodes_and_nothing_else(install: list[Obj]) -> None:
+def test_the_webhook_may_list_nodes_and_queues_and_nothing_else(install: list[Obj]) -> None:
     [_, _, role] = by_kind(install, "ClusterRole")
     assert role["metadata"]["name"] == "kgpu-scheduler-webhook"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+        {"apiGroups": ["kgpu.io"], "resources": ["queues"], "verbs": ["list"]},
+    ]
     [_, _, binding] = by_kind(install, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [

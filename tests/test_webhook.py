@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kgpu.kube.admission.queue_fence import QueueSource
 from kgpu.kube.admission.review import WorkspaceNodes
 from kgpu.kube.admission.webhook_server import MAX_BODY, WebhookServer, tls_context
 from kgpu.kube.api.client import KubeClient, Timeouts
@@ -28,7 +29,7 @@ SCHEDULER = "kgpu-scheduler"
 
 @contextlib.contextmanager
 def serve(
-    folder: Path, workspaces: WorkspaceNodes | None = None
+    folder: Path, workspaces: WorkspaceNodes | None = None, queues: QueueSource | None = None
 ) -> Iterator[tuple[WebhookServer, ssl.SSLContext]]:
     tls = generate_tls(["localhost"], ["127.0.0.1"])
     (folder / "tls.crt").write_bytes(tls.cert_pem)
@@ -38,6 +39,7 @@ def serve(
         tls_context(folder / "tls.crt", folder / "tls.key"),
         SCHEDULER,
         workspaces,
+        queues,
     )
     thread = webhook.start_background()
     client = ssl.create_default_context(cadata=tls.ca_pem.decode())

@@ -110,7 +110,7 @@ def manifests(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="where Workspaces' Nodes are read; default: the pod's service account, "
+    help="where Workspaces' Nodes and the Queues are read; default: the pod's service account, "
     "else $KUBECONFIG or ~/.kube/config",
 )
 @click.option(
@@ -141,7 +141,8 @@ def webhook(
     from kgpu.kube.admission.review import WorkspaceNodes
     from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
     from kgpu.kube.api.errors import KubeError
-    from kgpu.kube.api.resource_types import WEBHOOK_PATH
+    from kgpu.kube.api.listed import Listed, webhook_client
+    from kgpu.kube.api.resource_types import QUEUES, WEBHOOK_PATH
     from kgpu.kube.install.webhook_certs import generate_tls
     from kgpu.kube.workspaces.node_source import ListedNodes
 
@@ -149,9 +150,10 @@ def webhook(
         raise click.UsageError("--cert and --key go together")
     try:
         # Nothing connects yet: a kubeconfig that cannot be used fails before serving.
-        nodes = ListedNodes.from_kubeconfig(kubeconfig)
+        client = webhook_client(kubeconfig)
     except KubeError as exc:
         raise click.ClickException(f"{exc} (needed to place Workspaces)") from exc
+    nodes, queues = ListedNodes(client), Listed(client, QUEUES)
     workspaces = WorkspaceNodes(nodes, deny_when_unavailable=on_nodes_unavailable == "deny")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if cert is None or key is None:
@@ -164,7 +166,9 @@ def webhook(
         key.write_bytes(tls.key_pem)
         click.echo(f"no --cert/--key: a throwaway certificate; its CA is {folder / 'ca.crt'}")
     try:
-        server = WebhookServer((address, port), tls_context(cert, key), scheduler_name, workspaces)
+        server = WebhookServer(
+            (address, port), tls_context(cert, key), scheduler_name, workspaces, queues
+        )
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot serve on {address}:{port}: {exc}") from exc
 

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 from kgpu.kube.admission.review import WorkspaceNodes
 from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
 from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.listed import Listed
+from kgpu.kube.api.resource_types import QUEUES
 from kgpu.kube.install.webhook_certs import generate_tls
 from kgpu.kube.install.workstation import register, unregister
 from kgpu.kube.workspaces.node_source import ListedNodes
@@ -81,6 +83,7 @@ class WorkstationWebhook:
             context,
             self.scheduler_name,
             WorkspaceNodes(ListedNodes(client)),
+            Listed(client, QUEUES),
         )
         self._thread = self.server.start_background()
         self.url = base_url(host, self.server.port)

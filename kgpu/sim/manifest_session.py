@@ -62,7 +62,7 @@ def session_results(
     binds = {str(b.pod): b for b in decided.binds}
     nominated = {str(n.pod): n for n in decided.nominations}
     why = {str(p.pod): p.message for p in decided.pending}
-    why.update({str(k): v for k, v in made.blocked.items()})
+    why.update({str(k): text for k, (_, text) in made.blocked.items()})
     out: list[PodResult] = []
     for pod, source in waiting:
         key = pod.spec.key

@@ -20,10 +20,14 @@ expected (the messages of :class:`kgpu.kube.objects.node_pod.ConversionError`):
   suitable node group found: ..." and every group's reason. An UPDATE never re-places: the
   group is chosen once, at creation, and raising replicas later only scales the workload.
 
+- Who may use a queue (:mod:`kgpu.kube.admission.queue_fence`), when the webhook is given
+  the Queues: a pod of ours or a PodGroup naming a queue its namespace may not use, and a
+  bound pod whose queue label changes, are denied.
+
 Everything else is allowed. An UPDATE is denied only when it breaks an object that was
 valid: an object admitted before the webhook was installed may still be relabelled, or have
 its finalizers removed so that it can be deleted; such an update is allowed with a warning.
-(The install registers pods for CREATE only; see :mod:`kgpu.kube.install.bundle`.)
+(The install registers pods for CREATE and UPDATE; see :mod:`kgpu.kube.install.webhook_config`.)
 
 When the Nodes cannot be read, a Workspace's CREATE is admitted with a warning, unless
 :class:`WorkspaceNodes` says to deny: the default matches the install's default
@@ -41,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kgpu.kube.admission.queue_fence import QueueSource, fence_problem
 from kgpu.kube.api.resource_types import CRD_GROUP
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
@@ -72,21 +77,34 @@ class WorkspaceNodes:
 
 
 def review(
-    body: object, scheduler_name: str, workspaces: WorkspaceNodes | None = None
+    body: object,
+    scheduler_name: str,
+    workspaces: WorkspaceNodes | None = None,
+    queues: QueueSource | None = None,
 ) -> dict[str, Any]:
     """The AdmissionReview answering ``body`` (an AdmissionReview v1 request).
 
-    Without ``workspaces`` a Workspace is checked for its shape only."""
+    Without ``workspaces`` a Workspace is checked for its shape only; without ``queues``
+    no pod or PodGroup is checked for who may use its queue."""
     request = admission_request(body)
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
     problem = _problem(request, request.get("object"), scheduler_name)
+    obj, old = request.get("object"), request.get("oldObject")
     if problem is not None:
-        old = request.get("oldObject")
         if request.get("operation") == "UPDATE" and _problem(request, old, scheduler_name):
             response["warnings"] = [problem]
         else:
             deny(response, problem)
-    elif (
+    elif queues is not None and isinstance(obj, Mapping):
+        before = named(old, request) if isinstance(old, Mapping) else None
+        denial, warning = fence_problem(
+            _kind(request), named(obj, request), before, scheduler_name, queues
+        )
+        if denial is not None:
+            deny(response, denial)
+        elif warning is not None:
+            response["warnings"] = [warning]
+    if response["allowed"] and (
         _kind(request) == "Workspace"
         and request.get("operation") == "CREATE"
         and isinstance(request.get("object"), Mapping)

@@ -4,8 +4,9 @@
 :func:`kgpu.kube.admission.review.review`; ``POST /mutate`` with the pod's GPU environment
 (:func:`kgpu.kube.admission.pod_env.mutate`); ``GET /healthz`` answers "ok" for probes. The API server
 appends ``?timeout=10s`` to the path; the query is ignored. A Workspace's CREATE reads the
-cluster's Nodes (``workspaces``, see :mod:`kgpu.kube.workspaces.node_source`), within the hook's
-timeout.
+cluster's Nodes (``workspaces``, see :mod:`kgpu.kube.workspaces.node_source`), and a pod's or
+PodGroup's the Queues (``queues``, see :mod:`kgpu.kube.admission.queue_fence`), within the
+hook's timeout.
 
 The standard library's threading HTTP server, one thread per connection: admission traffic
 is a few requests per pod created, and each verdict takes microseconds. The TLS handshake
@@ -26,6 +27,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from kgpu.kube.admission.pod_env import mutate
+from kgpu.kube.admission.queue_fence import QueueSource
 from kgpu.kube.admission.review import ReviewError, WorkspaceNodes, review
 from kgpu.kube.api.resource_types import MUTATE_PATH, WEBHOOK_PATH
 
@@ -53,10 +55,12 @@ class WebhookServer(ThreadingHTTPServer):
         context: ssl.SSLContext,
         scheduler_name: str,
         workspaces: WorkspaceNodes | None = None,
+        queues: QueueSource | None = None,
     ) -> None:
         super().__init__(address, _Handler)
         self.scheduler_name = scheduler_name
         self.workspaces = workspaces
+        self.queues = queues
         self.socket = context.wrap_socket(
             self.socket, server_side=True, do_handshake_on_connect=False
         )
@@ -107,7 +111,8 @@ class _Handler(BaseHTTPRequestHandler):
             if path == MUTATE_PATH:
                 answer = mutate(request, self.server.scheduler_name)
             else:
-                answer = review(request, self.server.scheduler_name, self.server.workspaces)
+                server = self.server
+                answer = review(request, server.scheduler_name, server.workspaces, server.queues)
         except (ValueError, ReviewError) as exc:  # JSONDecodeError is a ValueError
             message = str(exc) if isinstance(exc, ReviewError) else "body is not JSON"
             self._send(HTTPStatus.BAD_REQUEST, f"{message}\n".encode(), "text/plain")

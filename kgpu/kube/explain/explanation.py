@@ -33,6 +33,7 @@ from kgpu.kube.explain.near_miss import NearMiss, cpu_text, gpu_share_text, memo
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s, pod_node_name
 from kgpu.kube.objects.queue_podgroup import queue_from_k8s
+from kgpu.kube.objects.queue_tenancy import QueueFences
 from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE
 from kgpu.kube.snapshot.cache_snapshot import SnapshotBuilder, is_ready
 from kgpu.model.pod import PodSpec
@@ -269,11 +270,16 @@ def explain_from_objects(
             return explain_unreadable(object_ref("Pod", obj).removeprefix("Pod "), error, notes)
     context = PluginContext(typical_pods=typical_pods(snap.specs))
     scheduler = build_scheduler(load_profile(policy), context)
-    return explain_object(snap.state, obj, scheduler, scheduler_name, notes, read_queues(queues))
+    namespace = object_ref("Pod", obj).removeprefix("Pod ").split("/", 1)[0]
+    known = read_queues(queues, namespace)
+    return explain_object(snap.state, obj, scheduler, scheduler_name, notes, known)
 
 
-def read_queues(objs: Iterable[Obj]) -> dict[str, QueueSpec | str]:
-    """Queue objects by name: the spec, or why it cannot be used."""
+def read_queues(objs: Iterable[Obj], namespace: str | None = None) -> dict[str, QueueSpec | str]:
+    """Queue objects by name: the spec, or why it cannot be used (by the pods of
+    ``namespace``, when given: the scheduler refuses them a queue that does not serve it)."""
+    objs = list(objs)
+    fences = QueueFences.from_objects(objs) if namespace is not None else None
     out: dict[str, QueueSpec | str] = {}
     for obj in objs:
         meta = obj.get("metadata")
@@ -282,6 +288,10 @@ def read_queues(objs: Iterable[Obj]) -> dict[str, QueueSpec | str]:
             out[name] = queue_from_k8s(obj)
         except ConversionError as exc:
             out[name] = str(exc)
+            continue
+        why = fences.refusal(namespace, name) if fences and namespace is not None else None
+        if why is not None:
+            out[name] = why
     return out
 
 

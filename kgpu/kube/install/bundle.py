@@ -83,7 +83,8 @@ def scheduler_args(opts: InstallOptions) -> list[str]:
 
 
 def webhook_args(opts: InstallOptions) -> list[str]:
-    """``kgpu webhook`` in the cluster; it reads Nodes (for Workspaces) as its service account."""
+    """``kgpu webhook`` in the cluster; it reads Nodes (for Workspaces) and Queues (for who may
+    use them) as its service account."""
     unavailable = "deny" if opts.failure_policy == "Fail" else "admit"
     return [
         "webhook",
@@ -285,7 +286,13 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     config_meta = object_meta(opts, name, "webhook", namespaced=False)
     return [
         # Its token lists Nodes (to place Workspaces) and nothing else.
-        *cluster_identity(opts, name, "webhook", [rbac_rule([""], ["nodes"], ["list"])]),
+        *cluster_identity(
+            opts,
+            name,
+            "webhook",
+            # Nodes: where a new Workspace fits; Queues: who may use the queue a pod names.
+            [rbac_rule([""], ["nodes"], ["list"]), rbac_rule([GROUP], ["queues"], ["list"])],
+        ),
         {
             "apiVersion": "v1",
             "kind": "Secret",

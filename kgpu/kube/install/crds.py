@@ -6,7 +6,8 @@ unknown fields and reject malformed ones before any controller sees them:
 
 - ``Queue`` (cluster-scoped): ``spec.parent``, ``spec.priority``, ``spec.overQuotaWeight``,
   ``spec.deserved``/``spec.limit`` per resource (quantities), ``spec.cards`` per card name
-  (``deserved``/``limit`` card counts), ``spec.cardUnlimitedCpuMemory``; status with
+  (``deserved``/``limit`` card counts), ``spec.cardUnlimitedCpuMemory``, ``spec.namespaces``
+  (who may use it: :mod:`kgpu.kube.objects.queue_tenancy`); status with
   allocated, deserved, fair share, per-card figures and conditions.
 - ``PodGroup``: ``spec.minMember`` (the gang), ``spec.maxMember`` (elastic jobs run between
   the two), ``spec.queue``, ``spec.priorityClassName``, ``spec.minResources``; status with
@@ -40,6 +41,8 @@ QUANTITY_PATTERN: Final = (
 )
 # A DNS-1123 subdomain: what a queue's or a PriorityClass' name can be.
 NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A DNS-1123 label: what a namespace's name can be.
+NAMESPACE_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
 def _string(description: str, **extra: Any) -> Schema:
@@ -144,6 +147,12 @@ def queue_schema() -> Schema:
             "cardUnlimitedCpuMemory": {
                 "type": "boolean",
                 "description": "do not check cpu and memory quota for pods that request cards",
+            },
+            "namespaces": {
+                "type": "array",
+                "description": "the namespaces whose pods may use the queue (and its "
+                "children); absent: every namespace",
+                "items": _string("a namespace name", pattern=NAMESPACE_PATTERN),
             },
         },
     )

@@ -3,9 +3,10 @@ install's (the webhook Service, :mod:`kgpu.kube.install.bundle`) and ``kgpu run`
 workstation (a URL, :mod:`kgpu.kube.install.workstation`). One list of rules, so the two
 cannot drift.
 
-- Validating (``/validate``): pods at CREATE (a pending pod's request cannot change after
-  it, and an UPDATE rule would put a webhook call in front of every status and label
-  change), kgpu's and Volcano's Queues, PodGroups and Workspaces at CREATE and UPDATE.
+- Validating (``/validate``): pods at CREATE and UPDATE (UPDATE: a pod may not move to a
+  queue its namespace may not use, nor a bound pod change its queue label; status writes go
+  to ``pods/status``, which this rule does not match, so the kubelet's updates do not call
+  the webhook), kgpu's and Volcano's Queues, PodGroups and Workspaces at CREATE and UPDATE.
 - Mutating (``/mutate``): pods at CREATE, which get their GPU environment
   (:mod:`kgpu.kube.admission.pod_env`).
 
@@ -49,7 +50,7 @@ def validating_webhooks(client_for: ClientFor, failure_policy: str) -> list[Obj]
         {
             **_hook("pods.kgpu.io", client, failure_policy),
             "namespaceSelector": _skip(),
-            "rules": [_rule("", "v1", ["CREATE"], "pods")],
+            "rules": [_rule("", "v1", ops, "pods")],
         },
         {
             **_hook("queues.kgpu.io", client, failure_policy),

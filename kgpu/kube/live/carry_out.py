@@ -35,7 +35,10 @@ class Decided:
     objects: QueueObjects
     # Preemptors of earlier sessions whose victims are still leaving, by pod.
     leaving: Mapping[PodKey, Waiting]
-    blocked: Mapping[PodKey, str]  # pods of an invalid PodGroup, with the reason
+    # Pods not given to the session (an invalid PodGroup, a queue their namespace may not
+    # use), with the reason code and message.
+    blocked: Mapping[PodKey, tuple[str, str]]
+    admitted: Mapping[PodKey, str]  # the queue each pod of the batch is charged to
     by_key: Mapping[str, Mapping[str, Any]]  # the cache's pods by namespace/name
     generation: int
     now: float
@@ -60,7 +63,8 @@ class ResultCarrier:
         said = {e.pod: e.message for e in result.events if e.reason == "Scheduled"}
         for bind in result.binds:
             alloc = result.allocations[bind.pod]
-            self.binds.hand_over(d.snap, bind, alloc, chosen[bind.pod], said.get(bind.pod, ""))
+            seen, queue = chosen[bind.pod], d.admitted.get(bind.pod, "")
+            self.binds.hand_over(d.snap, bind, alloc, seen, said.get(bind.pod, ""), queue)
         # A preemptor placed nowhere while its victims leave keeps waiting for them.
         waits = [
             (p.pod, PREEMPTING, w.message, w.node)
@@ -72,7 +76,7 @@ class ResultCarrier:
             (n.pod, PREEMPTING, waiting_message(n, result.evictions), n.node)
             for n in result.nominations
         ]
-        waits += [(key, "InvalidPodGroup", text, "") for key, text in d.blocked.items()]
+        waits += [(key, code, text, "") for key, (code, text) in d.blocked.items()]
         for key, code, message, node in waits:
             if key in chosen:
                 obj = chosen[key].obj

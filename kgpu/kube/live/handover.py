@@ -7,6 +7,9 @@ in flight, counts its resources, and handed to the binder pool (:mod:`kgpu.kube.
 
 How each outcome settles (the binder's thread, under the loop's lock):
 
+The Binding carries the device annotations and ``kgpu.io/admitted-queue``, the queue the
+session charged the pod to: from its first bound version on, the pod's queue is that one.
+
 - BOUND: the pod waits no more; Scheduled event; the assumed entry stays until the cache
   shows the pod bound (the snapshot then counts it from its annotation);
 - UNCERTAIN (a timeout): the entry stays for ``uncertain_grace`` seconds, then goes if the
@@ -39,6 +42,7 @@ from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.waiting import WaitingBook
 from kgpu.kube.objects.device_allocation import render_allocation
 from kgpu.kube.objects.gpu_env import asks_device_plugin
+from kgpu.kube.objects.queue_tenancy import ADMITTED_QUEUE_ANNOTATION
 from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, pod_fields
 from kgpu.model.pod import PodKey
 from kgpu.state.records import Allocation
@@ -78,10 +82,16 @@ class HandOver:
         self.bound = 0  # binds done, for benchmarks and logs
 
     def hand_over(
-        self, snap: CacheSnapshot, bind: Bind, alloc: Allocation, seen: PendingPod, message: str
+        self,
+        snap: CacheSnapshot,
+        bind: Bind,
+        alloc: Allocation,
+        seen: PendingPod,
+        message: str,
+        queue: str = "",
     ) -> None:
         """Carry out ``bind``, whose pod the session gave ``alloc`` (its devices) in
-        ``snap.state``."""
+        ``snap.state`` and charged to ``queue`` (recorded on the pod: its queue is fixed)."""
         current = self.pods.get(bind.pod)
         if current is None or uid(current) != uid(seen.obj) or pod_fields(current)[1]:
             undo(snap.state, bind)  # deleted (or bound by someone) while the session decided
@@ -94,6 +104,8 @@ class HandOver:
         # not only whole or shared GPUs: the node agent reads the devices from here.
         held = alloc.gpus or alloc.rdma or alloc.fpga or alloc.mig_count
         annotations = render_allocation(snap.state, alloc) if held else {}
+        if queue:
+            annotations[ADMITTED_QUEUE_ANNOTATION] = queue
         with self._lock:
             self._assumed[bind.pod] = entry
         self._submit(self._bind, current, bind, entry, annotations, message)

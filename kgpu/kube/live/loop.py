@@ -414,7 +414,16 @@ class SchedulerLoop:
         result = run_session(made.snapshot, scheduler, self.session_config, groups)
         stats.decided = len(batch)
         decided = Decided(
-            snap, batch, result, objects, leaving, made.blocked, by_key, generation, now
+            snap,
+            batch,
+            result,
+            objects,
+            leaving,
+            made.blocked,
+            made.admitted,
+            by_key,
+            generation,
+            now,
         )
         binds, waits = self._carrier.carry_out(decided)
         stats.binds += binds

@@ -10,6 +10,8 @@ A Queue's amounts are read into the core's units (:mod:`kgpu.model.resources`):
   ``volcano.sh/card.quota`` sets both for each card it names, and ``spec.cards`` wins.
 - ``spec.overQuotaWeight``: one weight for every resource of the queue.
 - ``spec.parent`` and ``spec.priority`` as they are.
+- ``spec.namespaces``: who may use the queue (:mod:`kgpu.kube.objects.queue_tenancy`); read
+  here only so that a malformed list makes the Queue unreadable.
 
 A PodGroup gives ``minMember`` (the gang), ``maxMember`` (an elastic job's bound), the queue,
 its creation time (job order among equals), its ``volcano.sh/card.request`` and its
@@ -32,6 +34,7 @@ from typing import Any, Final
 
 from kgpu.kube.api.resource_types import meta, parse_time
 from kgpu.kube.objects.fields import MISSING, ConversionError, Fields, show
+from kgpu.kube.objects.queue_tenancy import served_namespaces
 from kgpu.model.card import (
     QUOTA_ANNOTATION,
     REQUEST_ANNOTATION,
@@ -134,6 +137,7 @@ def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
     unlimited = spec.get("cardUnlimitedCpuMemory", False)
     if not isinstance(unlimited, bool):
         raise fields.fail("spec.cardUnlimitedCpuMemory", unlimited, "true or false")
+    served_namespaces(obj)
     queue = QueueSpec(
         name=name,
         parent=fields.string(spec, "parent", "spec.parent"),

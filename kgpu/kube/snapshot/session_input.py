@@ -24,12 +24,25 @@ queue label, else ``default``.
 
 A pod naming a PodGroup that cannot be read is not scheduled: it waits with the PodGroup's
 error (``blocked``), and the PodGroup gets a Warning.
+
+Who may use a queue (:mod:`kgpu.kube.objects.queue_tenancy`), once queues are enforced:
+
+- a job's queue is fixed once one of its pods is bound: the queue recorded on its bound pods
+  (``kgpu.io/admitted-queue``, written with the Binding), whatever its PodGroup or labels
+  say now; relabelling a running pod, or moving its PodGroup, changes no accounting;
+- the pending pods of a job whose namespace may not use its queue are not scheduled: they
+  wait with why (``blocked``), so no pod of one namespace spends another's quota;
+- the running pods of such a job (bound before the Queue listed its namespaces, or bound
+  without kgpu) are charged to ``default``, never to the queue they may not use.
+
+``admitted``: the queue each pending pod of the batch is charged to if it binds, which the
+binder records.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,11 +55,12 @@ from kgpu.kube.objects.queue_podgroup import (
     podgroup_priority,
     queue_from_k8s,
 )
+from kgpu.kube.objects.queue_tenancy import ADMITTED_QUEUE_ANNOTATION, QueueFences
 from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, Problem
 from kgpu.model.card import NAME_ANNOTATION
 from kgpu.model.job import JobKey, JobSpec, Task
 from kgpu.model.pod import PodKey, PodSpec
-from kgpu.model.queue import QueueSpec, QueueTree
+from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec, QueueTree
 
 Obj = Mapping[str, Any]
 
@@ -64,6 +78,7 @@ class QueueObjects:
     invalid: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     priorities: dict[JobKey, int] = field(default_factory=dict)
+    fences: QueueFences = field(default_factory=QueueFences)
 
     @property
     def enforced(self) -> bool:
@@ -74,7 +89,8 @@ class QueueObjects:
 @dataclass(slots=True)
 class SessionInput:
     snapshot: Snapshot
-    blocked: dict[PodKey, str]  # pods not given to the session, and why
+    blocked: dict[PodKey, tuple[str, str]]  # pods not given to the session: code, why
+    admitted: dict[PodKey, str] = field(default_factory=dict)  # the batch's pods' queues
 
 
 class QueueReader:
@@ -118,6 +134,7 @@ class QueueReader:
             else:
                 out.invalid[name] = f"{spec}; the queue is left out"
                 out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
+        out.fences = QueueFences.from_objects(out.queue_objs.values())
         for problem in QueueTree(out.queues).problems:
             found = out.queue_objs.get(problem.queue)
             if found is not None:
@@ -155,6 +172,10 @@ class QueueReader:
             out.priorities[key] = priority
 
 
+INVALID_PODGROUP = "InvalidPodGroup"
+QUEUE_NOT_ALLOWED = "QueueNotAllowed"
+
+
 def assemble(
     snap: CacheSnapshot,
     batch: Sequence[PendingPod],
@@ -169,8 +190,9 @@ def assemble(
     allocations = snap.state.allocations
     tasks: list[Task] = []
     pods_of: dict[JobKey, list[Task]] = {}
-    blocked: dict[PodKey, str] = {}
+    blocked: dict[PodKey, tuple[str, str]] = {}
     created: dict[str, float] = {}
+    recorded: dict[JobKey, str] = {}  # the queue a job's bound pods were admitted to
 
     def add(task: Task, obj: Obj | None) -> None:
         tasks.append(task)
@@ -179,31 +201,46 @@ def assemble(
 
     for pod in snap.bound:
         if pod.spec.key in allocations:
-            add(Task(pod.spec, job_of(pod.spec), _started(pod.obj, now)), pod.obj)
+            job = job_of(pod.spec)
+            add(Task(pod.spec, job, _started(pod.obj, now)), pod.obj)
+            queue = pod.spec.annotations.get(ADMITTED_QUEUE_ANNOTATION)
+            if queue is not None and (job not in recorded or queue < recorded[job]):
+                recorded[job] = queue  # the least, should its pods disagree: deterministic
     running = {t.key for t in tasks}
     for key, entry in assumed.items():
         if key in allocations and key not in running:
             add(Task(entry.spec, job_of(entry.spec), now), None)
+    batch_jobs: list[tuple[PodKey, JobKey]] = []
     for pod in batch:
         job = job_of(pod.spec)
         if job in objects.invalid:
-            blocked[pod.spec.key] = objects.invalid[job]
+            blocked[pod.spec.key] = (INVALID_PODGROUP, objects.invalid[job])
             continue
         add(Task(pod.spec, job), pod.obj)
+        batch_jobs.append((pod.spec.key, job))
     jobs: list[JobSpec] = []
+    queue_of: dict[JobKey, str] = {}
+    refused: set[str] = set()
     for job_key, members in pods_of.items():
         spec = objects.jobs.get(job_key)
+        named = recorded.get(job_key)
+        if named is None:
+            named = spec.queue if spec is not None else ""
+            named = named or next((t.pod.queue for t in members if t.pod.queue), "")
+        queue = _fenced(job_key, named, members, objects, allocations, blocked, refused)
+        queue_of[job_key] = queue
         priority = max(t.pod.priority for t in members)
         if spec is not None:
-            queue = spec.queue or next((t.pod.queue for t in members if t.pod.queue), "")
             priority = objects.priorities.get(job_key, priority)
             jobs.append(replace(spec, queue=queue, priority=priority))
         elif len(members) == 1 and str(members[0].pod.key) == str(job_key):
             alone = members[0].pod
-            jobs.append(
-                JobSpec(job_key, alone.queue, priority=priority, created=created[alone.key])
-            )
+            jobs.append(JobSpec(job_key, queue, priority=priority, created=created[alone.key]))
         # else: pods of a PodGroup that does not exist; the session says so
+    # Only the batch's pods bind: what a running pod was charged to is recorded already.
+    admitted = {key: queue_of.get(job, "") or DEFAULT_QUEUE for key, job in batch_jobs}
+    if refused:
+        tasks = [t for t in tasks if t.key not in refused]
     if not objects.enforced:
         # No queue has a card quota, so card names and requests would only refuse pods:
         # they keep choosing the GPU model (the pod's request holds it), nothing more.
@@ -214,7 +251,32 @@ def assemble(
         tasks = [_without_card(t) for t in tasks]
     queues = objects.queues if objects.enforced else []
     session = Snapshot(snap.state, queues, jobs, tasks, now, victims_leaving)
-    return SessionInput(session, blocked)
+    return SessionInput(session, blocked, admitted)
+
+
+def _fenced(
+    job: JobKey,
+    queue: str,
+    members: Sequence[Task],
+    objects: QueueObjects,
+    allocations: Container[str],
+    blocked: dict[PodKey, tuple[str, str]],
+    refused: set[str],
+) -> str:
+    """The queue ``job`` is charged to: ``queue``, unless its namespace may not use it; then
+    its pending pods are refused (into ``blocked`` and ``refused``) and its running ones go
+    to the default queue."""
+    if not objects.enforced:
+        return queue
+    namespace = str(job).split("/", 1)[0]
+    why = objects.fences.refusal(namespace, queue)
+    if why is None:
+        return queue
+    for task in members:
+        if task.key not in allocations:
+            blocked[task.pod.key] = (QUEUE_NOT_ALLOWED, f"{why}; the pod is not scheduled")
+            refused.add(task.key)
+    return ""
 
 
 def job_of(pod: PodSpec) -> JobKey:
