@@ -172,7 +172,7 @@ def test_healthz_fails_once_sessions_have_failed_for_the_configured_time(
     double.put(node_obj("n1", gpus=1))
     loop = LoopConfig(idle_wait=0.05, liveness_failure_s=0.5)
     scheduler = start(loop=loop)
-    wait_until(lambda: get(scheduler, "/readyz")[0] == 200)
+    wait_until(lambda: get(scheduler, "/readyz")[0] == 200 and scheduler.loop.sessions > 0)
     assert get(scheduler, "/healthz") == (200, "ok")
     # A session that fails (as one did on every object above before these bounds): the
     # loop reports it to its liveness, and nothing succeeds after it while nothing changes.
