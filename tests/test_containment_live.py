@@ -8,6 +8,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,43 +19,32 @@ from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj
-from tests.kube_objects import wait_until as wait_briefly
 from tests.schedulers import fast_options, schedulers
+from tests.test_kube_queues import wait_until
 
 Start = Callable[..., RunningScheduler]
 DEEP_ARRAY = "[" * 50_000 + "]" * 50_000
 DEEP_OBJECT = '{"a":' * 40_000 + "1" + "}" * 40_000
 
 
-def wait_until(check: Callable[[], bool]) -> None:
-    wait_briefly(check, timeout=30.0)
+@dataclass(frozen=True)
+class Cluster:
+    double: KubeDouble  # the API double, serving kgpu's CRDs (Queues, PodGroups)
+    start: Start  # a scheduler of it: metrics served, no leader election, short timings
 
 
 @pytest.fixture
-def double() -> Iterator[KubeDouble]:
-    with KubeDouble(crds=True) as d:
-        yield d
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    loop = LoopConfig(backoff_initial=0.2, backoff_max=1.0, idle_wait=0.05, event_repeat=0.0)
+    timeouts = Timeouts(connect=1.0, request=2.0, watch=30, watch_grace=2.0)
+    with KubeDouble(crds=True) as double, schedulers() as run:
 
+        def start(**overrides: Any) -> RunningScheduler:
+            options: dict[str, Any] = {"metrics_port": 0, "metrics_host": "127.0.0.1"}
+            options |= {"leader_elect": False, "timeouts": timeouts, "loop": loop}
+            return run(fast_options(double, tmp_path, **{**options, **overrides}))
 
-@pytest.fixture
-def start(double: KubeDouble, tmp_path: Path) -> Iterator[Start]:
-    defaults: dict[str, Any] = {
-        "metrics_port": 0,
-        "metrics_host": "127.0.0.1",
-        "leader_elect": False,
-        "timeouts": Timeouts(connect=1.0, request=2.0, watch=30, watch_grace=2.0),
-        "loop": LoopConfig(
-            backoff_initial=0.2,
-            backoff_max=1.0,
-            unschedulable_retry=0.5,
-            idle_wait=0.05,
-            event_repeat=0.0,
-        ),
-    }
-    with schedulers() as run:
-        yield lambda identity="s1", **o: run(
-            fast_options(double, tmp_path, identity, **{**defaults, **o})
-        )
+        yield Cluster(double, start)
 
 
 def warnings(double: KubeDouble) -> dict[str, str]:
@@ -73,9 +63,8 @@ def get(scheduler: RunningScheduler, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_hostile_objects_are_refused_alone_and_the_good_pods_bind(
-    double: KubeDouble, start: Start
-) -> None:
+def test_hostile_objects_are_refused_alone_and_the_good_pods_bind(cluster: Cluster) -> None:
+    double, start = cluster.double, cluster.start
     double.put(node_obj("good", gpus=3))
     memory = node_obj("memory", gpus=2)
     memory["metadata"]["labels"]["nvidia.com/gpu.memory"] = "99999999999999999999"
@@ -141,7 +130,8 @@ def test_hostile_objects_are_refused_alone_and_the_good_pods_bind(
     assert get(scheduler, "/readyz") == (200, "ok")
 
 
-def test_a_bind_to_a_node_deleted_meanwhile_is_not_sent(double: KubeDouble, start: Start) -> None:
+def test_a_bind_to_a_node_deleted_meanwhile_is_not_sent(cluster: Cluster) -> None:
+    double, start = cluster.double, cluster.start
     double.put(node_obj("n1", gpus=4))
     for name in ("first", "second"):
         double.put(pod_obj(name, gpus=1))
@@ -166,9 +156,8 @@ def test_a_bind_to_a_node_deleted_meanwhile_is_not_sent(double: KubeDouble, star
     wait_until(lambda: double.bound().get("second") == "n2")
 
 
-def test_healthz_fails_once_sessions_have_failed_for_the_configured_time(
-    double: KubeDouble, start: Start
-) -> None:
+def test_healthz_fails_once_sessions_have_failed_for_the_configured_time(cluster: Cluster) -> None:
+    double, start = cluster.double, cluster.start
     double.put(node_obj("n1", gpus=1))
     loop = LoopConfig(idle_wait=0.05, liveness_failure_s=0.5)
     scheduler = start(loop=loop)
@@ -186,9 +175,8 @@ def test_healthz_fails_once_sessions_have_failed_for_the_configured_time(
     wait_until(lambda: get(scheduler, "/healthz") == (200, "ok"))
 
 
-def test_readyz_fails_while_a_cache_lists_again_after_an_error(
-    double: KubeDouble, start: Start
-) -> None:
+def test_readyz_fails_while_a_cache_lists_again_after_an_error(cluster: Cluster) -> None:
+    double, start = cluster.double, cluster.start
     scheduler = start()
     wait_until(lambda: get(scheduler, "/readyz")[0] == 200)
     double.fail("GET", r"/api/v1/pods$", 500, times=None)
