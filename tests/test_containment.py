@@ -143,7 +143,11 @@ def test_hostile_nodes_are_skipped_and_the_good_one_schedules(tmp_path: Path) ->
     huge["status"]["allocatable"]["cpu"] = "1e9"
     cpus = node("cpus", gpus=2)
     cpus["status"]["allocatable"]["cpu"] = "1e9"
-    output, pods = simulate(tmp_path / "c", memory, huge, cpus, node("good", gpus=1), pod("p", 1))
+    linked = node("linked", gpus=2)
+    linked["metadata"]["annotations"] = {"kgpu.io/gpu-topology": DEEP_ARRAY}
+    output, pods = simulate(
+        tmp_path / "c", memory, huge, cpus, linked, node("good", gpus=1), pod("p", 1)
+    )
     assert pods["ml/p"]["node"] == "good"
     assert (
         'Node memory: label nvidia.com/gpu.memory is "99999999999999999999", expected a whole '
@@ -154,6 +158,10 @@ def test_hostile_nodes_are_skipped_and_the_good_one_schedules(tmp_path: Path) ->
         in output
     )
     assert 'Node cpus: status.allocatable[cpu] is "1e9", expected at most 1048576 CPUs' in output
+    assert (
+        "Node linked: annotation kgpu.io/gpu-topology is " in output
+        and "expected JSON within kgpu's bounds (nested 50000 deep, at most 32)" in output
+    )
 
 
 def test_pods_asking_1e16_cpus_are_refused_and_the_rest_schedule(tmp_path: Path) -> None:

@@ -42,6 +42,21 @@ def json_depth(text: str) -> int:
     return max(accumulate(_STEP[b] for b in _BRACKET.findall(bare)), default=0)
 
 
+def check_bounds(
+    text: str,
+    *,
+    max_chars: int = MAX_ANNOTATION_CHARS,
+    max_depth: int = MAX_ANNOTATION_DEPTH,
+) -> None:
+    """Refuse ``text`` with :class:`OutOfBounds` when longer than ``max_chars`` or nested
+    deeper than ``max_depth`` (for a reader other than :func:`read_json` to go on with)."""
+    if len(text) > max_chars:
+        raise OutOfBounds(f"{len(text)} characters long, at most {max_chars}")
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise OutOfBounds(f"nested {depth} deep, at most {max_depth}")
+
+
 def read_json(
     text: str | bytes,
     *,
@@ -50,16 +65,14 @@ def read_json(
 ) -> object:
     """The value of ``text``, refused with :class:`JsonTextError` when longer than
     ``max_chars``, nested deeper than ``max_depth`` or not JSON."""
-    if len(text) > max_chars:
-        raise OutOfBounds(f"{len(text)} characters long, at most {max_chars}")
     if isinstance(text, bytes):
+        if len(text) > max_chars:
+            raise OutOfBounds(f"{len(text)} characters long, at most {max_chars}")
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise JsonTextError(f"not UTF-8 at byte {exc.start}") from None
-    depth = json_depth(text)
-    if depth > max_depth:
-        raise OutOfBounds(f"nested {depth} deep, at most {max_depth}")
+    check_bounds(text, max_chars=max_chars, max_depth=max_depth)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -35,6 +35,13 @@ from kgpu.kube.objects.gpu_dialects import (
     MPS_RESOURCE,
     gpu_request_from_pod,
 )
+from kgpu.kube.objects.object_bounds import (
+    at_most,
+    bounded_json,
+    check_devices,
+    check_requests,
+    label_number_within,
+)
 from kgpu.model.devices import NodeDevices
 from kgpu.model.limits import (
     MAX_GPU_MEMORY_MIB,
@@ -76,7 +83,6 @@ _NATIVE_RESOURCES: Final = re.compile(
     r"cpu|memory|ephemeral-storage|hugepages-.+|.*kubernetes\.io/.+"
 )
 _MIG_COUNT_LABEL: Final = re.compile(r"nvidia\.com/mig-(?P<profile>.+)\.count")
-_DIGITS: Final = re.compile(r"[0-9]+")
 _EFFECTS: Final = tuple(e.value for e in Effect)
 
 
@@ -129,7 +135,7 @@ def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = Non
     def label_number(label: str, limit: int, unit: str = "") -> int | None:
         if label not in labels:
             return None
-        return _label_number(fields, label, labels[label], limit, unit)
+        return label_number_within(fields, label, labels[label], limit, unit)
 
     label_count = label_number(GPU_COUNT_LABEL, MAX_NODE_GPUS)
     replicas = label_number(GPU_REPLICAS_LABEL, MAX_GPU_REPLICAS) or 1
@@ -139,14 +145,14 @@ def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = Non
     gpus = None
     if GPU_RESOURCE in alloc:
         field = f"status.{where}[{GPU_RESOURCE}]"
-        gpus = _at_most(fields, field, alloc[GPU_RESOURCE], advertised, "GPUs")
+        gpus = at_most(fields, field, alloc[GPU_RESOURCE], advertised, "GPUs")
     if replicas > 1:
         # Time-slicing advertises each GPU ``replicas`` times (as nvidia.com/gpu, or as
         # nvidia.com/gpu.shared when renamed); the node has the physical ones.
         shared = alloc.get(MPS_RESOURCE)
         if gpus is None and shared is not None:
             field = f"status.{where}[{MPS_RESOURCE}]"
-            gpus = _at_most(fields, field, shared, advertised, "GPU replicas")
+            gpus = at_most(fields, field, shared, advertised, "GPU replicas")
         gpus = label_count if label_count is not None else (gpus or 0) // replicas
     elif gpus is None:
         # Without the device plugin's figure, GFD's count of the hardware is what there is.
@@ -154,11 +160,17 @@ def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = Non
     gpu_memory = (label_number(GPU_MEMORY_LABEL, MAX_GPU_MEMORY_MIB, " of MiB") or 0) if gpus else 0
     devices = None if device is None else devices_from_k8s(device)
     links_text = annotations.get(TOPOLOGY_ANNOTATION)
-    links = None if links_text is None else links_annotation(fields, links_text)
+    links = (
+        None
+        if links_text is None
+        else links_annotation(
+            fields, bounded_json(fields, links_text, f"annotation {TOPOLOGY_ANNOTATION}")
+        )
+    )
     if links is not None:
         devices = replace(devices or NodeDevices(), links=links)
     if devices is not None:
-        _check_devices(fields, devices)
+        check_devices(fields, devices)
     if devices is not None and devices.gpus:
         # The node agent sees every GPU, the unhealthy ones too (they keep their minors).
         gpus = len(devices.gpus)
@@ -193,7 +205,7 @@ def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = Non
         gpu_memory_mib=gpu_memory,
         max_pods=DEFAULT_MAX_PODS
         if pods is None
-        else _at_most(fields, f"status.{where}[pods]", pods, MAX_NODE_PODS, "pods"),
+        else at_most(fields, f"status.{where}[pods]", pods, MAX_NODE_PODS, "pods"),
         labels=labels,
         taints=tuple(
             _taint(fields, t, i) for i, t in enumerate(fields.items(spec, "taints", "spec.taints"))
@@ -216,11 +228,11 @@ def _mig_counts(
     for name, value in alloc.items():
         if str(name).startswith(MIG_PREFIX):
             field = f"status.{where}[{name}]"
-            count = _at_most(fields, field, value, MAX_MIG_INSTANCES, "MIG instances")
+            count = at_most(fields, field, value, MAX_MIG_INSTANCES, "MIG instances")
             found[str(name).removeprefix(MIG_PREFIX)] = count
     # Every count label is checked, used or not: the node's cards are read from them too.
     labelled = {
-        match["profile"]: _label_number(fields, key, value, MAX_MIG_INSTANCES)
+        match["profile"]: label_number_within(fields, key, value, MAX_MIG_INSTANCES)
         for key, value in labels.items()
         if (match := _MIG_COUNT_LABEL.fullmatch(key)) is not None
     }
@@ -249,43 +261,6 @@ def _device_count(fields: Fields, alloc: Mapping[str, Any], where: str, kind: st
     return 0
 
 
-def _label_number(fields: Fields, label: str, text: str, limit: int, unit: str = "") -> int:
-    """A GFD label's whole number, at most ``limit``. GFD writes plain decimal integers:
-    "80GB" or "8.0" means the label was hand-edited."""
-    if not _DIGITS.fullmatch(text):
-        raise fields.fail(f"label {label}", text, f"a whole number{unit}")
-    # The length first: Python will not turn 4,300 digits or more into an integer.
-    digits = text.lstrip("0") or "0"
-    if len(digits) > len(str(limit)) or int(digits) > limit:
-        raise fields.fail(f"label {label}", text, f"a whole number{unit}, at most {limit}")
-    return int(digits)
-
-
-def _at_most(fields: Fields, field: str, value: object, limit: int, what: str) -> int:
-    count = fields.whole(value, field, f"a whole number of {what}")
-    if count > limit:
-        raise fields.fail(field, value, f"at most {limit} {what}")
-    return count
-
-
-def _check_devices(fields: Fields, devices: NodeDevices) -> None:
-    """The node's Device, within what one node holds: its GPU rows are kgpu's rows."""
-    for kind, found, limit in (
-        ("GPUs", devices.gpus, MAX_NODE_GPUS),
-        ("RDMA devices", devices.rdma, MAX_NODE_DEVICES),
-        ("FPGAs", devices.fpga, MAX_NODE_DEVICES),
-    ):
-        if len(found) > limit:
-            raise fields.fail(f"Device {kind}", f"{len(found)} {kind}", f"at most {limit}")
-    for gpu in devices.gpus:
-        if gpu.memory_mib > MAX_GPU_MEMORY_MIB:
-            raise fields.fail(
-                f"Device GPU {gpu.minor} memory",
-                gpu.memory_mib,
-                f"at most {MAX_GPU_MEMORY_MIB} MiB",
-            )
-
-
 def _taint(fields: Fields, taint: Mapping[str, Any], i: int) -> Taint:
     field = f"spec.taints[{i}]"
     key = fields.string(taint, "key", f"{field}.key")
@@ -308,7 +283,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodSpec:
     annotations = fields.strings(meta, "annotations", "annotation")
     spec = fields.mapping(obj, "spec", "spec")
     requests = _pod_requests(fields, spec)
-    _check_requests(fields, requests)
+    check_requests(fields, requests)
     selector = fields.strings(spec, "nodeSelector", "spec.nodeSelector")
     priority = spec.get("priority")
     priority = 0 if priority is None else priority
@@ -384,39 +359,6 @@ def _pod_requests(fields: Fields, spec: Mapping[str, Any]) -> dict[str, Fraction
     overhead = fields.mapping(spec, "overhead", "spec.overhead")
     _add(total, {str(k): fields.quantity(v, f"spec.overhead[{k}]") for k, v in overhead.items()})
     return total
-
-
-# What one pod may ask, by resource (koordinator.sh/ names as kubernetes.io/): no more than
-# the largest node holds, so that sums over pods stay far inside the core's integers.
-_POD_LIMITS: Final = {
-    "cpu": (MAX_NODE_CPU, "CPUs"),
-    "memory": (MAX_NODE_MEMORY_MIB * MIB, "bytes"),
-    GPU_RESOURCE: (MAX_NODE_GPUS, "GPUs"),
-    MPS_RESOURCE: (MAX_GPU_REPLICAS, "replicas"),
-    "kubernetes.io/gpu": (MAX_NODE_GPUS * 100, "(100 = one GPU)"),
-    "kubernetes.io/gpu-core": (MAX_NODE_GPUS * 100, "(100 = one GPU)"),
-    "kubernetes.io/gpu-memory-ratio": (MAX_NODE_GPUS * 100, "(100 = one GPU)"),
-    "kubernetes.io/gpu-memory": (MAX_NODE_GPUS * MAX_GPU_MEMORY_MIB * MIB, "bytes"),
-    "kubernetes.io/rdma": (MAX_NODE_DEVICES * 100, "(100 = one device)"),
-    "kubernetes.io/fpga": (MAX_NODE_DEVICES * 100, "(100 = one device)"),
-}
-
-
-def _check_requests(fields: Fields, requests: Mapping[str, Fraction]) -> None:
-    """Refuse a request larger than any node: it is a mistake or an attack, and the numbers
-    of thousands of such pods would overflow the core's arithmetic."""
-    for name, amount in requests.items():
-        key = name.replace("koordinator.sh/", "kubernetes.io/", 1)
-        limit, unit = (
-            (MAX_MIG_INSTANCES, "instances")
-            if name.startswith(MIG_PREFIX)
-            else _POD_LIMITS.get(key, (0, ""))
-        )
-        if limit and amount > limit:
-            shown = int(amount) if amount.denominator == 1 else float(amount)
-            raise fields.fail(
-                f"resource {name}", shown, f"at most {limit} {unit}, more than any node holds"
-            )
 
 
 def _toleration(fields: Fields, item: Mapping[str, Any], i: int) -> Toleration:
