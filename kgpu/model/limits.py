@@ -49,11 +49,10 @@ MAX_NODE_DEVICES: Final = 256  # RDMA or FPGA devices of one node, each kind
 
 # -------------------------------------------------------------------------- a cluster
 
-# Kubernetes is tested to 5,000 nodes and run to about 65,000; a queue's quota or a card
-# count beyond this many of the largest nodes is no cluster's.
+# Kubernetes is tested to 5,000 nodes and run to about 65,000; a card count or a trigger
+# pod's GPUs beyond this many of the largest nodes is no cluster's. (A Queue's quantities
+# are Python integers, bounded by the quantities' own 2^63.)
 MAX_NODES: Final = 2**17
-MAX_CLUSTER_CPU: Final = MAX_NODES * MAX_NODE_CPU
-MAX_CLUSTER_MEMORY_MIB: Final = MAX_NODES * MAX_NODE_MEMORY_MIB
 MAX_CLUSTER_GPUS: Final = MAX_NODES * MAX_NODE_GPUS
 MAX_CARDS: Final = MAX_CLUSTER_GPUS * MAX_GPU_REPLICAS  # cards of one name in a quota
 
