@@ -351,6 +351,10 @@ def test_podgroup_max_member_is_not_below_min_member(
     ("body", "message"),
     [
         (b"{not json", b"body is not JSON\n"),
+        (
+            b"[" * 50_000 + b"]" * 50_000,
+            b"body is not JSON within kgpu's bounds (nested 50000 deep, at most 100)\n",
+        ),
         (b'{"kind": "Pod"}', b"expected a JSON AdmissionReview\n"),
         (
             b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1", "request": {}}',

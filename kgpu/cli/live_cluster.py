@@ -230,6 +230,14 @@ def explain(
     type=click.IntRange(0, 65535),
     help="port of /metrics, /healthz and /readyz (0: any free port)",
 )
+@click.option(
+    "--liveness-failure-seconds",
+    type=click.FloatRange(0),
+    default=300.0,
+    show_default=True,
+    help="/healthz fails once scheduling sessions have failed, one after another, for this "
+    "long, or the loop has not come round for this long (0: never)",
+)
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--namespace-for-lease", default="kube-system", show_default=True)
 @click.option(
@@ -294,6 +302,7 @@ def run_scheduler(
     scheduler_name: str,
     policy: str,
     metrics_port: int,
+    liveness_failure_seconds: float,
     leader_elect: bool,
     namespace_for_lease: str,
     autoscale: bool,
@@ -359,6 +368,7 @@ def run_scheduler(
                     scheduler_name=scheduler_name,
                     policy=policy,
                     reservations=reservation_config(**shares),
+                    liveness_failure_s=liveness_failure_seconds,
                 ),
                 companions=(
                     (WorkstationWebhook(scheduler_name, webhook_port, webhook_host),)

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from kgpu.model.gpu import GpuRequest
+from kgpu.model.json_text import JsonTextError, read_json
+from kgpu.model.limits import MAX_CARDS, clip, show_json
 from kgpu.model.resources import BASE, MILLI
 
 PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
@@ -55,7 +57,7 @@ class CardError(ValueError):
         self.field = field
         self.value = value
         self.expected = expected
-        shown = json.dumps(value, ensure_ascii=False, default=str)
+        shown = show_json(value)
         super().__init__(f"{field} is {shown}, expected {expected}")
 
 
@@ -156,11 +158,9 @@ def parse_card_name(text: str, field: str = f"annotation {NAME_ANNOTATION}") -> 
 
 def _json_object(text: str, field: str, expected: str) -> dict[str, object]:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CardError(
-            field, text, f"{expected} (invalid JSON at character {exc.pos}: {exc.msg})"
-        ) from None
+        data = read_json(text)
+    except JsonTextError as exc:
+        raise CardError(field, text, f"{expected} ({exc})") from None
     if not isinstance(data, dict):
         raise CardError(field, text, expected)
     return data
@@ -173,6 +173,8 @@ def _count(field: str, value: object) -> int:
         raise CardError(field, value, "a whole number of cards, at least 0")
     if value < 0:
         raise CardError(field, value, "a whole number of cards, at least 0")
+    if value > MAX_CARDS:
+        raise CardError(field, value, f"a whole number of cards, at most {MAX_CARDS}")
     return int(value)
 
 
@@ -181,8 +183,8 @@ def parse_card_quota(text: str, field: str = f"annotation {QUOTA_ANNOTATION}") -
     expected = f"a JSON object of card names to whole numbers of cards, such as {_QUOTA_EXAMPLE}"
     out: dict[str, int] = {}
     for key, value in _json_object(text, field, expected).items():
-        name = _check_name(f"{field} key {json.dumps(key)}", key, "a card name")
-        out[name] = _count(f"{field}[{json.dumps(key)}]", value)
+        name = _check_name(f"{field} key {clip(json.dumps(key))}", key, "a card name")
+        out[name] = _count(f"{field}[{clip(json.dumps(key))}]", value)
     return out
 
 
@@ -196,6 +198,6 @@ def parse_card_request(
     )
     out: dict[tuple[str, ...], int] = {}
     for key, value in _json_object(text, field, expected).items():
-        names = parse_card_name(key, f"{field} key {json.dumps(key)}")
-        out[names] = out.get(names, 0) + _count(f"{field}[{json.dumps(key)}]", value)
+        names = parse_card_name(key, f"{field} key {clip(json.dumps(key))}")
+        out[names] = out.get(names, 0) + _count(f"{field}[{clip(json.dumps(key))}]", value)
     return out

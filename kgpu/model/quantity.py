@@ -43,6 +43,9 @@ _QUANTITY: Final = re.compile(
 # Kubernetes keeps quantities in an int64 of the smallest unit; beyond that nothing is real.
 _LIMIT: Final = 2**63
 _MAX_EXPONENT: Final = 30
+# Every quantity below 2^63 is written in far fewer characters; a longer text is refused
+# before Python turns its digits into an integer (which it refuses past 4,300 digits).
+_MAX_TEXT: Final = 64
 
 EXPECTED: Final = "a quantity such as 500m, 4, 1.5, 8Gi or 1e3"
 
@@ -80,6 +83,8 @@ def parse_quantity(value: Quantity) -> Fraction:
         text = value
     else:
         raise QuantityError(value, EXPECTED)
+    if len(text) > _MAX_TEXT:
+        raise QuantityError(value, f"a quantity of at most {_MAX_TEXT} characters")
     match = _QUANTITY.fullmatch(text)
     if match is None:
         raise QuantityError(value, EXPECTED)

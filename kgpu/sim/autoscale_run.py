@@ -41,6 +41,7 @@ from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.taints import Effect, Taint, Toleration
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.sim.provisioner import LaunchTimes, Provisioner, SimTrigger
+from kgpu.sim.yaml_documents import load_documents
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import typical_pods
 
@@ -294,7 +295,7 @@ def default_pools() -> tuple[NodePool, ...]:
 def load_nodepools(path: Path) -> tuple[NodePool, ...]:
     """The NodePools (and InstanceTypes) of a YAML file; :class:`NodePoolError` if unusable."""
     try:
-        documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+        documents = [d for d in load_documents(path) if d]
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise NodePoolError(f"{path}: {exc}") from exc
     if not all(isinstance(d, Mapping) for d in documents):

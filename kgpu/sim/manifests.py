@@ -46,6 +46,7 @@ from kgpu.plugins.node.resource_fit import NodeResourcesFit
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
 from kgpu.sim.manifest_session import session_results
+from kgpu.sim.yaml_documents import load_documents
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import typical_pods
 
@@ -81,7 +82,7 @@ def read_documents(directory: Path) -> list[Document]:
     documents: list[Document] = []
     for path in files:
         try:
-            loaded = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+            loaded = load_documents(path)
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ManifestError(f"{path}: {exc}") from exc
         for i, obj in enumerate(loaded, start=1):

@@ -34,6 +34,7 @@ from kgpu.kube.workspaces.placement_check import (
 )
 from kgpu.model.node import NodeName
 from kgpu.sim.manifests import Document, ManifestError, read_documents
+from kgpu.sim.yaml_documents import load_documents
 
 
 class WorkspaceOutcome(StrEnum):
@@ -89,7 +90,7 @@ def read_path(path: Path) -> list[Document]:
     if path.is_dir():
         return read_documents(path)
     try:
-        loaded = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        loaded = load_documents(path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ManifestError(f"{path}: {exc}") from exc
     out: list[Document] = []

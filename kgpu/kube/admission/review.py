@@ -229,7 +229,8 @@ def read_pod(obj: Obj) -> PodSpec | str:
     memory = annotations.get(GPU_MEMORY_ANNOTATION) if isinstance(annotations, Mapping) else None
     # The scheduler refuses gpu-memory as not supported yet; a malformed value deserves the
     # more useful message of what it should look like.
-    if isinstance(memory, str) and not (_WHOLE.fullmatch(memory) and int(memory) > 0):
+    # (Above 0 tested on the digits: Python will not turn 4,300 of them into an integer.)
+    if isinstance(memory, str) and not (_WHOLE.fullmatch(memory) and memory.strip("0")):
         return str(
             ConversionError(
                 _ref("Pod", obj),

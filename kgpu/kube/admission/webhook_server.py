@@ -30,6 +30,8 @@ from kgpu.kube.admission.pod_env import mutate
 from kgpu.kube.admission.queue_fence import QueueSource
 from kgpu.kube.admission.review import ReviewError, WorkspaceNodes, review
 from kgpu.kube.api.resource_types import MUTATE_PATH, WEBHOOK_PATH
+from kgpu.model.json_text import OutOfBounds, read_json
+from kgpu.model.limits import MAX_OBJECT_DEPTH
 
 log = logging.getLogger("kgpu.webhook")
 
@@ -107,14 +109,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(length)
         try:
-            request = json.loads(body)
+            request = read_json(body, max_chars=MAX_BODY, max_depth=MAX_OBJECT_DEPTH)
             if path == MUTATE_PATH:
                 answer = mutate(request, self.server.scheduler_name)
             else:
                 server = self.server
                 answer = review(request, server.scheduler_name, server.workspaces, server.queues)
-        except (ValueError, ReviewError) as exc:  # JSONDecodeError is a ValueError
+        except (ValueError, ReviewError) as exc:  # JsonTextError is a ValueError
             message = str(exc) if isinstance(exc, ReviewError) else "body is not JSON"
+            if isinstance(exc, OutOfBounds):
+                message = f"body is not JSON within kgpu's bounds ({exc})"
             self._send(HTTPStatus.BAD_REQUEST, f"{message}\n".encode(), "text/plain")
             return
         response = answer["response"]

@@ -18,7 +18,8 @@ Lists are served from the API server's watch cache (resourceVersion "0", or the 
 version seen), never read from etcd: a version read from etcd counts every type's writes
 and can be ahead of this type's watch cache, which then refuses to watch from it.
 
-Errors back off exponentially (with jitter) and never end the thread. A custom resource
+Errors back off exponentially (with jitter) and never end the thread; the cache is
+``stale`` from a failed list or watch until a list succeeds again. A custom resource
 whose CRD is not installed (404) leaves the cache empty and marked ``absent``, counts as
 synced, and is looked for again every ``absent_retry`` seconds.
 
@@ -76,6 +77,9 @@ class Informer:
         self.lists = 0
         self.watches = 0
         self.last_error = ""
+        # Since its last list or watch failed, until a list succeeds: what it holds may be
+        # out of date (readiness says so; the scheduler goes on with what it has).
+        self.stale = False
 
     # ------------------------------------------------------------------ reading
 
@@ -145,6 +149,7 @@ class Informer:
         if self._stop.is_set():
             return
         self.last_error = str(exc)
+        self.stale = True
         delay = self._backoff.next()
         log.warning("%s: %s; retrying in %.1fs", self.resource.plural, exc, delay)
         self._stop.wait(delay)
@@ -154,6 +159,7 @@ class Informer:
         self.lists += 1
         self.absent = False
         self._replace(listed.items, listed.resource_version)
+        self.stale = False
         self.synced.set()
 
     def _replace(self, items: list[dict[str, Any]], version: str) -> None:

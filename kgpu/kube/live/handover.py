@@ -19,6 +19,12 @@ session charged the pod to: from its first bound version on, the pod's queue is 
   unless it was rejected because this scheduler is no longer the leader: then it is only
   dropped.
 
+Just before its Binding is sent, a bind checks that its node is still in the Node cache:
+the API server accepts a Binding to a node that does not exist, and a session that took
+long (or a bind queued behind many) may have decided on a node deleted since. Such a bind
+is REJECTED without being sent ("node n1 is no longer in the cluster"), and the pod is
+scheduled again after its back-off, on the nodes there are.
+
 A released reservation wakes the loop: other pods may fit now.
 """
 
@@ -57,6 +63,7 @@ class HandOver:
         self,
         client: KubeClient,
         pods: Informer,
+        nodes: Informer,
         recorder: EventRecorder,
         metrics: SchedulerMetrics,
         *,
@@ -70,6 +77,7 @@ class HandOver:
     ) -> None:
         self.client = client
         self.pods = pods
+        self.nodes = nodes
         self.recorder = recorder
         self.metrics = metrics
         self._submit = submit
@@ -121,6 +129,11 @@ class HandOver:
         if not self.is_leader():
             outcome = BindOutcome(BindResult.REJECTED, "no longer the leader")
             self._settle(obj, bind, entry, outcome, message, back_off=False)
+            return
+        if self.nodes.get(bind.node) is None:
+            gone = f"node {bind.node} is no longer in the cluster: not bound"
+            outcome = BindOutcome(BindResult.REJECTED, gone)
+            self._settle(obj, bind, entry, outcome, message, back_off=True)
             return
         outcome = bind_pod(self.client, obj, bind.node, annotations)
         if outcome.check_s:

@@ -58,6 +58,7 @@ from kgpu.kube.live.evictions import Evictor
 from kgpu.kube.live.gpu_env_writer import GpuEnvWriter
 from kgpu.kube.live.gpu_reservations import ReservationKeeper
 from kgpu.kube.live.handover import HandOver
+from kgpu.kube.live.liveness import Liveness
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.status_writer import StatusWriter
 from kgpu.kube.live.waiting import WaitingBook, WaitTimes
@@ -101,6 +102,9 @@ class LoopConfig:
     # (kgpu.kube.live.gpu_reservations, kgpu.kube.live.gpu_env_writer); None: shares are
     # only accounted, as in a cluster without kgpu's mutating webhook.
     reservations: ReservationConfig | None = None
+    # /healthz fails once sessions have failed for this long, or the loop has not come
+    # round for this long (kgpu.kube.live.liveness); 0: never.
+    liveness_failure_s: float = 300.0
 
 
 @dataclass(slots=True)
@@ -183,6 +187,7 @@ class SchedulerLoop:
         self._binds = HandOver(
             client,
             pods,
+            nodes,
             recorder,
             metrics,
             submit=self._pool.submit,
@@ -196,6 +201,7 @@ class SchedulerLoop:
         self._carrier = ResultCarrier(
             self._binds, self._book, self._evictor, self._status, recorder, metrics, is_leader
         )
+        self.liveness = Liveness(c.liveness_failure_s)
         self._decided_generation = -1  # the cluster generation the last session saw
         # Queue/PodGroup/PriorityClass uid -> what a session reads of it
         self._specs: dict[str, object] = {}
@@ -270,6 +276,7 @@ class SchedulerLoop:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
+            self.liveness.beat()
             woken = self._wake.wait(self.config.idle_wait)
             if woken:
                 # Cleared only when it was seen set: a change that sets it just after the
@@ -288,10 +295,12 @@ class SchedulerLoop:
             self._led = True
             try:
                 stats = self.run_session()
-            except Exception:  # a bug in one session must not stop scheduling for good
+            except Exception as exc:  # a bug in one session must not stop scheduling for good
                 log.exception("scheduling session failed")
+                self.liveness.failed(exc)
                 stop.wait(1.0)
                 continue
+            self.liveness.succeeded()
             if stats.ready > stats.decided:
                 self._wake.set()  # more pods than one batch: go on at once
 

@@ -54,6 +54,7 @@ from kgpu.kube.scaling.live_autoscaler import (
 )
 from kgpu.kube.scaling.trigger_pods import render_priority_class
 from kgpu.kube.workspaces.runner import WorkspaceRunner, WorkspaceRunOptions
+from kgpu.model.limits import clip
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ class RunningScheduler:
             self.server = HealthServer(
                 self.metrics.render,
                 self.not_ready,
+                live=self.not_live,
                 host=options.metrics_host,
                 port=options.metrics_port,
             )
@@ -234,9 +236,25 @@ class RunningScheduler:
     def not_ready(self) -> list[str]:
         """What /readyz waits for; empty when ready."""
         missing = [f"{i.resource.plural} cache" for i in self.informers if not i.synced.is_set()]
+        missing += [
+            f"{i.resource.plural} cache (listing again after: {clip(i.last_error)})"
+            for i in self.informers
+            if i.synced.is_set() and i.stale
+        ]
         if self.elector is not None and not self.elector.status_known.is_set():
             missing.append("leader election")
         return missing
+
+    def not_live(self) -> list[str]:
+        """What /healthz fails for; empty when live."""
+        problems = self.loop.liveness.problems()
+        if (
+            self._thread.ident is not None
+            and not self._thread.is_alive()
+            and not self._stop.is_set()
+        ):
+            problems.append("the scheduling loop's thread has ended")
+        return problems
 
     def start(self) -> RunningScheduler:
         for companion in self.options.companions:

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.model.devices import Device
+from kgpu.model.json_text import JsonTextError, read_json
 from kgpu.model.quantity import QuantityError, non_negative
 from kgpu.model.units import GPU_CORE_PER_GPU, MIB, MILLI_PER_GPU
 from kgpu.state.cluster import Allocation, ClusterState
@@ -164,9 +165,9 @@ def parse(ref: str, text: str) -> DeviceAllocation:
         return ConversionError(ref, field + where, value, expected)
 
     try:
-        data = json.loads(text)
-    except ValueError:
-        raise fail(text, f"JSON such as {_EXAMPLE}") from None
+        data = read_json(text)
+    except JsonTextError as exc:
+        raise fail(text, f"JSON such as {_EXAMPLE} ({exc})") from None
     if not isinstance(data, dict):
         raise fail(text, f"a JSON object such as {_EXAMPLE}")
     gpus = data.get("gpu", [])

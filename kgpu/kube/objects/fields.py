@@ -3,21 +3,23 @@ the field, the value and what was expected (shared by every parser of the edge).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final
 
+from kgpu.model.limits import show_json
 from kgpu.model.quantity import EXPECTED, QuantityError, non_negative
 
 MISSING: Final = object()
 
 
 def show(value: object) -> str:
-    """A value as the message shows it: JSON-like, so strings are quoted and numbers not."""
+    """A value as the message shows it: JSON-like, so strings are quoted and numbers not;
+    cut short past :data:`~kgpu.model.limits.MAX_SHOWN_CHARS` (an object may hold a
+    megabyte of it)."""
     if value is MISSING:
         return "missing"
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return show_json(value)
 
 
 class ConversionError(ValueError):

@@ -49,6 +49,7 @@ from kgpu.model.gpu import (
 from kgpu.model.gpu import (
     mps_replicas as mps_request,
 )
+from kgpu.model.limits import MAX_GPU_MEMORY_MIB
 from kgpu.model.units import GPU_CORE_PER_GPU, MIB, MILLI_PER_GPU
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
@@ -66,6 +67,7 @@ _DIGITS: Final = re.compile(r"[0-9]+")
 _PERCENT: Final = "a share of one GPU below 100, or whole GPUs as a multiple of 100 (100 = one GPU)"
 _DEVICES: Final = "whole devices as a multiple of 100 (100 = one device)"
 _FRACTION: Final = "a number with 0 < f <= 1"
+_MAX_FRACTION_TEXT: Final = 32  # "0.333" needs 5; thousands of digits are not a share
 
 # (short name, field in messages, the value as shown, how the message shows it)
 _Said = tuple[str, str, object, str]
@@ -235,10 +237,16 @@ def _kai(fields: Fields, said: list[_Said]) -> GpuRequest:
     name, field, text, _ = said[0]
     assert isinstance(text, str)
     if name == GPU_MEMORY_ANNOTATION:
-        if not _DIGITS.fullmatch(text.strip()) or int(text) == 0:
+        # The length first: Python will not turn 4,300 digits or more into an integer.
+        digits = text.strip().lstrip("0")
+        if not _DIGITS.fullmatch(text.strip()) or not digits:
             raise fields.fail(field, text, 'a whole number of MiB above 0, such as "2000"')
-        return GpuRequest(count=1, memory_mib=int(text))
-    if not _DECIMAL.fullmatch(text.strip()):
+        if len(digits) > len(str(MAX_GPU_MEMORY_MIB)) or int(digits) > MAX_GPU_MEMORY_MIB:
+            raise fields.fail(
+                field, text, f"a whole number of MiB, at most {MAX_GPU_MEMORY_MIB} (one GPU's)"
+            )
+        return GpuRequest(count=1, memory_mib=int(digits))
+    if len(text) > _MAX_FRACTION_TEXT or not _DECIMAL.fullmatch(text.strip()):
         raise fields.fail(field, text, _FRACTION)
     share = Fraction(text.strip())
     if not 0 < share <= 1:

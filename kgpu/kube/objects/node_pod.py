@@ -35,7 +35,25 @@ from kgpu.kube.objects.gpu_dialects import (
     MPS_RESOURCE,
     gpu_request_from_pod,
 )
+from kgpu.kube.objects.object_bounds import (
+    at_most,
+    bounded_json,
+    check_devices,
+    check_requests,
+    label_number_within,
+)
 from kgpu.model.devices import NodeDevices
+from kgpu.model.limits import (
+    MAX_GPU_MEMORY_MIB,
+    MAX_GPU_REPLICAS,
+    MAX_MIG_INSTANCES,
+    MAX_MIG_PROFILES,
+    MAX_NODE_CPU,
+    MAX_NODE_DEVICES,
+    MAX_NODE_GPUS,
+    MAX_NODE_MEMORY_MIB,
+    MAX_NODE_PODS,
+)
 from kgpu.model.node import DEFAULT_MAX_PODS, NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.taints import Effect, Taint, Toleration
@@ -65,7 +83,6 @@ _NATIVE_RESOURCES: Final = re.compile(
     r"cpu|memory|ephemeral-storage|hugepages-.+|.*kubernetes\.io/.+"
 )
 _MIG_COUNT_LABEL: Final = re.compile(r"nvidia\.com/mig-(?P<profile>.+)\.count")
-_DIGITS: Final = re.compile(r"[0-9]+")
 _EFFECTS: Final = tuple(e.value for e in Effect)
 
 
@@ -115,37 +132,45 @@ def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = Non
         field = f"status.{where}[{resource}]"
         return fields.quantity(alloc.get(resource, _MISSING), field)
 
-    def label_number(label: str, unit: str = "") -> int | None:
-        # GFD writes plain decimal integers; "80GB" or "8.0" means the label was hand-edited.
+    def label_number(label: str, limit: int, unit: str = "") -> int | None:
         if label not in labels:
             return None
-        if not _DIGITS.fullmatch(labels[label]):
-            raise fields.fail(f"label {label}", labels[label], f"a whole number{unit}")
-        return int(labels[label])
+        return label_number_within(fields, label, labels[label], limit, unit)
 
+    label_count = label_number(GPU_COUNT_LABEL, MAX_NODE_GPUS)
+    replicas = label_number(GPU_REPLICAS_LABEL, MAX_GPU_REPLICAS) or 1
+    # kgpu keeps a row per GPU, so a node claiming a million would take gigabytes; with
+    # time-slicing each GPU is advertised once per replica.
+    advertised = MAX_NODE_GPUS * replicas
     gpus = None
     if GPU_RESOURCE in alloc:
-        gpus = fields.whole(
-            alloc[GPU_RESOURCE], f"status.{where}[{GPU_RESOURCE}]", "a whole number of GPUs"
-        )
-    label_count = label_number(GPU_COUNT_LABEL)
-    replicas = label_number(GPU_REPLICAS_LABEL) or 1
+        field = f"status.{where}[{GPU_RESOURCE}]"
+        gpus = at_most(fields, field, alloc[GPU_RESOURCE], advertised, "GPUs")
     if replicas > 1:
         # Time-slicing advertises each GPU ``replicas`` times (as nvidia.com/gpu, or as
         # nvidia.com/gpu.shared when renamed); the node has the physical ones.
         shared = alloc.get(MPS_RESOURCE)
         if gpus is None and shared is not None:
-            gpus = fields.whole(shared, f"status.{where}[{MPS_RESOURCE}]", "a whole number")
+            field = f"status.{where}[{MPS_RESOURCE}]"
+            gpus = at_most(fields, field, shared, advertised, "GPU replicas")
         gpus = label_count if label_count is not None else (gpus or 0) // replicas
     elif gpus is None:
         # Without the device plugin's figure, GFD's count of the hardware is what there is.
         gpus = label_count or 0
-    gpu_memory = (label_number(GPU_MEMORY_LABEL, " of MiB") or 0) if gpus else 0
+    gpu_memory = (label_number(GPU_MEMORY_LABEL, MAX_GPU_MEMORY_MIB, " of MiB") or 0) if gpus else 0
     devices = None if device is None else devices_from_k8s(device)
     links_text = annotations.get(TOPOLOGY_ANNOTATION)
-    links = None if links_text is None else links_annotation(fields, links_text)
+    links = (
+        None
+        if links_text is None
+        else links_annotation(
+            fields, bounded_json(fields, links_text, f"annotation {TOPOLOGY_ANNOTATION}")
+        )
+    )
     if links is not None:
         devices = replace(devices or NodeDevices(), links=links)
+    if devices is not None:
+        check_devices(fields, devices)
     if devices is not None and devices.gpus:
         # The node agent sees every GPU, the unhealthy ones too (they keep their minors).
         gpus = len(devices.gpus)
@@ -164,16 +189,23 @@ def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = Non
     unschedulable = spec.get("unschedulable") or False
     if not isinstance(unschedulable, bool):
         raise fields.fail("spec.unschedulable", unschedulable, "true or false")
+    cpu, memory = amount("cpu"), amount("memory")
+    if cpu > MAX_NODE_CPU:
+        raise fields.fail(f"status.{where}[cpu]", alloc["cpu"], f"at most {MAX_NODE_CPU} CPUs")
+    if memory > MAX_NODE_MEMORY_MIB * MIB:
+        raise fields.fail(
+            f"status.{where}[memory]", alloc["memory"], f"at most {MAX_NODE_MEMORY_MIB}Mi"
+        )
     return NodeInfo(
         name=NodeName(meta["name"]),
-        cpu_milli=math.floor(amount("cpu") * MILLI_PER_CPU),
-        memory_mib=math.floor(amount("memory") / MIB),
+        cpu_milli=math.floor(cpu * MILLI_PER_CPU),
+        memory_mib=math.floor(memory / MIB),
         gpu_count=gpus,
         gpu_model=labels.get(GPU_PRODUCT_LABEL, "") if gpus or mig else "",
         gpu_memory_mib=gpu_memory,
         max_pods=DEFAULT_MAX_PODS
         if pods is None
-        else fields.whole(pods, f"status.{where}[pods]", "a whole number of pods"),
+        else at_most(fields, f"status.{where}[pods]", pods, MAX_NODE_PODS, "pods"),
         labels=labels,
         taints=tuple(
             _taint(fields, t, i) for i, t in enumerate(fields.items(spec, "taints", "spec.taints"))
@@ -195,16 +227,25 @@ def _mig_counts(
     found: dict[str, int] = {}
     for name, value in alloc.items():
         if str(name).startswith(MIG_PREFIX):
-            count = fields.whole(value, f"status.{where}[{name}]", "a whole number")
+            field = f"status.{where}[{name}]"
+            count = at_most(fields, field, value, MAX_MIG_INSTANCES, "MIG instances")
             found[str(name).removeprefix(MIG_PREFIX)] = count
-    if not found:
-        for key, value in labels.items():
-            match = _MIG_COUNT_LABEL.fullmatch(key)
-            if match is not None:
-                if not _DIGITS.fullmatch(value):
-                    raise fields.fail(f"label {key}", value, "a whole number")
-                found[match["profile"]] = int(value)
-    return tuple(sorted((p, n) for p, n in found.items() if n > 0))
+    # Every count label is checked, used or not: the node's cards are read from them too.
+    labelled = {
+        match["profile"]: label_number_within(fields, key, value, MAX_MIG_INSTANCES)
+        for key, value in labels.items()
+        if (match := _MIG_COUNT_LABEL.fullmatch(key)) is not None
+    }
+    found = found or labelled
+    mig = tuple(sorted((p, n) for p, n in found.items() if n > 0))
+    if len(mig) > MAX_MIG_PROFILES or len(labelled) > MAX_MIG_PROFILES:
+        field = f"status.{where}" if len(mig) > MAX_MIG_PROFILES else "labels"
+        raise fields.fail(
+            field,
+            f"{max(len(mig), len(labelled))} MIG profiles",
+            f"at most {MAX_MIG_PROFILES} MIG profiles",
+        )
+    return mig
 
 
 def _device_count(fields: Fields, alloc: Mapping[str, Any], where: str, kind: str) -> int:
@@ -212,7 +253,11 @@ def _device_count(fields: Fields, alloc: Mapping[str, Any], where: str, kind: st
     for prefix in ("kubernetes.io/", "koordinator.sh/"):
         value = alloc.get(prefix + kind)
         if value is not None:
-            return int(fields.quantity(value, f"status.{where}[{prefix}{kind}]")) // 100
+            field = f"status.{where}[{prefix}{kind}]"
+            count = int(fields.quantity(value, field)) // 100
+            if count > MAX_NODE_DEVICES:
+                raise fields.fail(field, value, f"at most {MAX_NODE_DEVICES * 100} (100 each)")
+            return count
     return 0
 
 
@@ -238,6 +283,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodSpec:
     annotations = fields.strings(meta, "annotations", "annotation")
     spec = fields.mapping(obj, "spec", "spec")
     requests = _pod_requests(fields, spec)
+    check_requests(fields, requests)
     selector = fields.strings(spec, "nodeSelector", "spec.nodeSelector")
     priority = spec.get("priority")
     priority = 0 if priority is None else priority

@@ -34,6 +34,8 @@ from kgpu.autoscale.observed import ObservedTrigger
 from kgpu.kube.api.resource_types import parse_time
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s
 from kgpu.kube.objects.queue_podgroup import GANG_ANNOTATIONS
+from kgpu.model.json_text import read_json
+from kgpu.model.limits import MAX_CLUSTER_GPUS
 from kgpu.model.nodepool import (
     GPU_PRODUCT_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -273,10 +275,12 @@ def _read_request(
     """Pods, GPUs, CPU and memory of the original-request annotation; what cannot be read
     is empty (no pods) or None (requests not known)."""
     try:
-        body = json.loads(annotations.get(ORIGINAL_REQUEST, "{}"))
+        body: Any = read_json(annotations.get(ORIGINAL_REQUEST, "{}"))
         pods = tuple(PodKey(str(p["pod"])) for p in body.get("pods", []))
         gpus = int(body.get("gpus", 0))
     except (ValueError, TypeError, KeyError, AttributeError):
+        return (), 0, None, None
+    if not 0 <= gpus <= MAX_CLUSTER_GPUS:
         return (), 0, None, None
     try:
         return pods, gpus, cpu_milli(body["cpu"]), memory_mib(body["memory"])
