@@ -51,7 +51,29 @@ from kgpu.config import POLICIES, ProfileError
     '"nvidia"), where it is not the nodes\' default runtime',
 )
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="file to write"
+    "--workspaces/--no-workspaces",
+    default=True,
+    show_default=True,
+    help="the Workspace controller in the scheduler, and the rights it needs",
+)
+@click.option(
+    "--autoscale/--no-autoscale",
+    default=False,
+    show_default=True,
+    help="trigger pods (docs/AUTOSCALING.md) in the install's namespace, their "
+    "PriorityClass, and the rights they need",
+)
+@click.option(
+    "--tenant-namespaces",
+    default="",
+    help="the namespaces the scheduler may write in (bind, delete and patch pods, "
+    "ConfigMaps, Workspace workloads), separated by commas; default: every namespace",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="file to write, readable by its owner only (it holds the webhook's private key)",
 )
 def manifests(
     namespace: str,
@@ -64,6 +86,9 @@ def manifests(
     agent: bool,
     agent_node_selector: str,
     agent_runtime_class: str,
+    workspaces: bool,
+    autoscale: bool,
+    tenant_namespaces: str,
     output: Path | None,
 ) -> None:
     """Print the whole install as one YAML stream for `kubectl apply -f -`.
@@ -71,18 +96,22 @@ def manifests(
     With the webhook, a new certificate is made each time: keep the output as a Secret."""
     from kgpu.kube.install.bundle import render_objects, to_yaml
     from kgpu.kube.install.options import InstallOptions, RenderError
+    from kgpu.kube.install.secret_file import write_private
 
     opts = InstallOptions(
-        namespace,
-        image,
-        scheduler_name,
-        webhook,
-        webhook_failure_policy,
-        replicas,
-        crds_only,
-        agent,
-        agent_node_selector,
-        agent_runtime_class,
+        namespace=namespace,
+        image=image,
+        scheduler_name=scheduler_name,
+        webhook=webhook,
+        failure_policy=webhook_failure_policy,
+        replicas=replicas,
+        crds_only=crds_only,
+        agent=agent,
+        agent_node_selector=agent_node_selector,
+        agent_runtime_class=agent_runtime_class,
+        workspaces=workspaces,
+        autoscale=autoscale,
+        tenant_namespaces=tuple(n.strip() for n in tenant_namespaces.split(",") if n.strip()),
     )
     try:
         objects = render_objects(opts)
@@ -96,12 +125,17 @@ def manifests(
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text)
+        write_private(output, text.encode())
         console.print(f"wrote {len(objects)} objects to {output}")
 
 
 @click.command()
-@click.option("--address", default="0.0.0.0", show_default=True)
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="the address to listen on (the install gives the pod's IP)",
+)
 @click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True)
 @click.option("--cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -121,6 +155,12 @@ def manifests(
     help="a Workspace's CREATE when the Nodes cannot be read: admit it with a warning "
     "(the controller still places it or says why not) or deny it",
 )
+@click.option(
+    "--agent-service-account",
+    default="",
+    help="NAMESPACE:NAME of the node agents' ServiceAccount: a Device written by it is "
+    "allowed only from the agent pod on that Device's node (docs/SECURITY.md)",
+)
 def webhook(
     address: str,
     port: int,
@@ -129,6 +169,7 @@ def webhook(
     scheduler_name: str,
     kubeconfig: str | None,
     on_nodes_unavailable: str,
+    agent_service_account: str,
 ) -> None:
     """Serve the admission webhook (POST /validate, GET /healthz) over HTTPS.
 
@@ -138,10 +179,14 @@ def webhook(
     import signal
     import tempfile
 
+    from kgpu.kube.admission.device_writer import DeviceWriters, pod_reader
+    from kgpu.kube.admission.node_access import subject_access
     from kgpu.kube.admission.review import WorkspaceNodes
     from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
     from kgpu.kube.api.errors import KubeError
-    from kgpu.kube.api.resource_types import WEBHOOK_PATH
+    from kgpu.kube.api.printable import escape_logs
+    from kgpu.kube.api.resource_types import PODS, WEBHOOK_PATH
+    from kgpu.kube.install.secret_file import write_private
     from kgpu.kube.install.webhook_certs import generate_tls
     from kgpu.kube.workspaces.node_source import ListedNodes
 
@@ -152,19 +197,32 @@ def webhook(
         nodes = ListedNodes.from_kubeconfig(kubeconfig)
     except KubeError as exc:
         raise click.ClickException(f"{exc} (needed to place Workspaces)") from exc
-    workspaces = WorkspaceNodes(nodes, deny_when_unavailable=on_nodes_unavailable == "deny")
+    workspaces = WorkspaceNodes(
+        nodes,
+        deny_when_unavailable=on_nodes_unavailable == "deny",
+        may_list_nodes=subject_access(nodes.client),
+    )
+    devices = None
+    if agent_service_account:
+        sa_namespace, _, sa_name = agent_service_account.partition(":")
+        if not sa_namespace or not sa_name:
+            raise click.UsageError("--agent-service-account is NAMESPACE:NAME")
+        pods = pod_reader(lambda ns, name: nodes.client.get(PODS, name, ns))
+        devices = DeviceWriters(sa_namespace, sa_name, pods)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    escape_logs()  # object text in log lines: kgpu.kube.api.printable
     if cert is None or key is None:
         folder = Path(tempfile.mkdtemp(prefix="kgpu-webhook-"))
         tls = generate_tls(["localhost"], ["127.0.0.1"])
         cert, key = folder / "tls.crt", folder / "tls.key"
         (folder / "ca.crt").write_bytes(tls.ca_pem)
         cert.write_bytes(tls.cert_pem)
-        key.touch(mode=0o600)
-        key.write_bytes(tls.key_pem)
+        write_private(key, tls.key_pem)
         click.echo(f"no --cert/--key: a throwaway certificate; its CA is {folder / 'ca.crt'}")
     try:
-        server = WebhookServer((address, port), tls_context(cert, key), scheduler_name, workspaces)
+        server = WebhookServer(
+            (address, port), tls_context(cert, key), scheduler_name, workspaces, devices=devices
+        )
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot serve on {address}:{port}: {exc}") from exc
 
@@ -226,6 +284,12 @@ def explain(
     type=click.IntRange(0, 65535),
     help="port of /metrics, /healthz and /readyz (0: any free port)",
 )
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="the address /metrics and the probes listen on (the install gives the pod's IP)",
+)
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--namespace-for-lease", default="kube-system", show_default=True)
 @click.option(
@@ -276,7 +340,13 @@ def explain(
     type=click.IntRange(0, 65535),
     default=9443,
     show_default=True,
-    help="with --serve-webhook: the port it listens on, on every IPv4 interface",
+    help="with --serve-webhook: the port it listens on",
+)
+@click.option(
+    "--webhook-address",
+    default="",
+    help="with --serve-webhook: the address it listens on; default: this machine's "
+    "address on the route to the API server (0.0.0.0: every IPv4 interface)",
 )
 @click.option(
     "--webhook-host",
@@ -290,6 +360,7 @@ def run_scheduler(
     scheduler_name: str,
     policy: str,
     metrics_port: int,
+    metrics_address: str,
     leader_elect: bool,
     namespace_for_lease: str,
     autoscale: bool,
@@ -299,6 +370,7 @@ def run_scheduler(
     workspaces: bool,
     serve_webhook: bool | None,
     webhook_port: int,
+    webhook_address: str,
     webhook_host: str,
     verbose: bool,
     **shares: Any,
@@ -315,6 +387,7 @@ def run_scheduler(
     from kgpu.cli.workstation import WorkstationWebhook
     from kgpu.config import load_profile
     from kgpu.kube.api.errors import KubeError
+    from kgpu.kube.api.printable import escape_logs
     from kgpu.kube.live.loop import LoopConfig
     from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
     from kgpu.kube.scaling.karpenter_objects import NodePoolError
@@ -330,6 +403,7 @@ def run_scheduler(
         serve_webhook = not os.environ.get("KUBERNETES_SERVICE_HOST")
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    escape_logs()  # object text in log lines: kgpu.kube.api.printable
     try:
         load_profile(policy)  # a bad policy fails before anything connects
         scaling = None
@@ -347,6 +421,7 @@ def run_scheduler(
                 scheduler_name=scheduler_name,
                 policy=policy,
                 metrics_port=metrics_port,
+                metrics_host=metrics_address,
                 leader_elect=leader_elect,
                 lease_namespace=namespace_for_lease,
                 autoscale=scaling,
@@ -357,7 +432,11 @@ def run_scheduler(
                     reservations=reservation_config(**shares),
                 ),
                 companions=(
-                    (WorkstationWebhook(scheduler_name, webhook_port, webhook_host),)
+                    (
+                        WorkstationWebhook(
+                            scheduler_name, webhook_port, webhook_host, webhook_address
+                        ),
+                    )
                     if serve_webhook
                     else ()
                 ),

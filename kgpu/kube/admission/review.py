@@ -41,6 +41,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kgpu.framework.group_scheduler import DENIAL
+from kgpu.kube.admission.device_writer import DeviceWriters, DeviceWriterUnavailable
+from kgpu.kube.admission.node_access import NodeAccess
 from kgpu.kube.api.resource_types import CRD_GROUP
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
@@ -69,16 +72,26 @@ class WorkspaceNodes:
 
     source: NodeSource
     deny_when_unavailable: bool = False
+    # Who sees the node groups in a denial (kgpu.kube.admission.node_access); None: all.
+    may_list_nodes: NodeAccess | None = None
 
 
 def review(
-    body: object, scheduler_name: str, workspaces: WorkspaceNodes | None = None
+    body: object,
+    scheduler_name: str,
+    workspaces: WorkspaceNodes | None = None,
+    devices: DeviceWriters | None = None,
 ) -> dict[str, Any]:
     """The AdmissionReview answering ``body`` (an AdmissionReview v1 request).
 
-    Without ``workspaces`` a Workspace is checked for its shape only."""
+    Without ``workspaces`` a Workspace is checked for its shape only; without ``devices``
+    any writer of a Device is allowed (:mod:`kgpu.kube.admission.device_writer`)."""
     request = admission_request(body)
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    if _kind(request) == "Device":
+        if devices is not None:
+            _writer(response, request, devices)
+        return answer(response)
     problem = _problem(request, request.get("object"), scheduler_name)
     if problem is not None:
         old = request.get("oldObject")
@@ -92,7 +105,9 @@ def review(
         and isinstance(request.get("object"), Mapping)
         and workspaces is not None
     ):
-        _place(response, named(request["object"], request), workspaces)
+        user = request.get("userInfo")
+        user = user if isinstance(user, Mapping) else {}
+        _place(response, named(request["object"], request), workspaces, user)
     return answer(response)
 
 
@@ -127,9 +142,10 @@ def _kind(request: Obj) -> object:
     return kind.get("kind") if isinstance(kind, Mapping) else None
 
 
-def _place(response: dict[str, Any], obj: Obj, workspaces: WorkspaceNodes) -> None:
+def _place(response: dict[str, Any], obj: Obj, workspaces: WorkspaceNodes, user: Obj) -> None:
     """Deny a well-formed Workspace that no node group fits (see the module's docstring
-    for when the Nodes cannot be read)."""
+    for when the Nodes cannot be read), naming the groups to ``user`` if they may list
+    Nodes."""
     ref = _ref("Workspace", obj)
     try:
         nodes = workspaces.source.nodes()
@@ -148,8 +164,26 @@ def _place(response: dict[str, Any], obj: Obj, workspaces: WorkspaceNodes) -> No
             ]
         return
     allowed, message = validate_workspace(obj, nodes)
-    if not allowed:
-        deny(response, message)
+    if allowed:
+        return
+    if workspaces.may_list_nodes is not None and not workspaces.may_list_nodes(user):
+        # The groups are the cluster's shape, for those who may list Nodes only.
+        message = (
+            f"{DENIAL} {ref}: no node group of the cluster fits it; the groups and why each "
+            "does not fit are shown only to users who may list nodes"
+        )
+    deny(response, message)
+
+
+def _writer(response: dict[str, Any], request: Obj, devices: DeviceWriters) -> None:
+    try:
+        problem = devices.problem(request)
+    except DeviceWriterUnavailable as exc:
+        response["allowed"] = False
+        response["status"] = {"code": UNAVAILABLE_CODE, "message": f"{exc}; try again"}
+        return
+    if problem is not None:
+        deny(response, problem)
 
 
 def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:
