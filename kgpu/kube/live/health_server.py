@@ -18,7 +18,12 @@ from typing import Any
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from kgpu.kube.api.http_serving import DEADLINE_S, BoundedServer, DeadlineHandler
+from kgpu.kube.api.http_serving import (
+    DEADLINE_S,
+    MAX_CONNECTIONS,
+    BoundedServer,
+    DeadlineHandler,
+)
 
 Problems = Callable[[], list[str]]
 
@@ -39,9 +44,12 @@ class HealthServer:
         host: str = "127.0.0.1",
         port: int = 10251,
         deadline: float = DEADLINE_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         handler = _handler(render, ready, live)
-        self._server = BoundedServer((host, port), handler, deadline=deadline)
+        self._server = BoundedServer(
+            (host, port), handler, deadline=deadline, max_connections=max_connections
+        )
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True
