@@ -19,6 +19,10 @@ expected (the messages of :class:`kgpu.kube.objects.node_pod.ConversionError`):
   (:func:`kgpu.kube.workspaces.placement_check.validate_workspace`), denied with KAITO's "No
   suitable node group found: ..." and every group's reason. An UPDATE never re-places: the
   group is chosen once, at creation, and raising replicas later only scales the workload.
+  The groups and their reasons are shown only to a user who may list Nodes
+  (``WorkspaceNodes.may_list_nodes``, :mod:`kgpu.kube.admission.node_access`).
+- Devices, given ``devices``: a write by the node agents' account only from the agent pod on
+  the Device's node (:mod:`kgpu.kube.admission.device_writer`); other writers are allowed.
 
 Everything else is allowed. An UPDATE is denied only when it breaks an object that was
 valid: an object admitted before the webhook was installed may still be relabelled, or have
