@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from kgpu.kube.admission.node_access import subject_access
 from kgpu.kube.admission.review import WorkspaceNodes
 from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
 from kgpu.kube.api.client import KubeClient
@@ -79,7 +80,8 @@ class WorkstationWebhook:
             (self.bind or route_address(client.host), self.port),
             context,
             self.scheduler_name,
-            WorkspaceNodes(ListedNodes(client)),
+            # Node groups in a denial only for those who may list Nodes (docs/SECURITY.md).
+            WorkspaceNodes(ListedNodes(client), may_list_nodes=subject_access(client)),
         )
         self._thread = self.server.start_background()
         self.url = base_url(host, self.server.port)
