@@ -188,3 +188,33 @@ def test_log_lines_escape_object_text_but_keep_tracebacks() -> None:
     except ValueError:
         record = logging.LogRecord("kgpu", logging.ERROR, __file__, 1, "x", (), sys.exc_info())
     assert "Traceback (most recent call last):\n" in formatter.format(record)
+
+
+def test_the_simulators_report_prints_a_hostile_pod_escaped(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kgpu.cli import main
+
+    (tmp_path / "cluster.yaml").write_text(
+        """\
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-0, labels: {nvidia.com/gpu.memory: "81920"}}
+status: {allocatable: {cpu: "8", memory: 64Gi, pods: "110", nvidia.com/gpu: "1"}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: "nb\\x1b[2J\\u202e"
+  namespace: ml
+  annotations: {gpu-fraction: "\\x1b]8;;http://evil\\x07x"}
+spec:
+  schedulerName: kgpu-scheduler
+  containers: [{name: c, image: i}]
+"""
+    )
+    result = CliRunner().invoke(main, ["simulate", "manifests", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\u202e" not in result.output
+    # written as escapes (the table may wrap them, but not within "\x1b")
+    assert result.output.count("\\x1b") == 2
