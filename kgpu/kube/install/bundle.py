@@ -24,6 +24,11 @@ What each option of :class:`InstallOptions` (``kgpu manifests`` flag) sets:
   Nodes a new Workspace is placed on (``kgpu webhook --on-nodes-unavailable``).
 - ``replicas`` (``--replicas``, default 2): scheduler replicas; one leads, the others wait on
   the Lease, so a lost node costs seconds of scheduling, not a reschedule of the scheduler.
+- ``workspaces`` (``--workspaces/--no-workspaces``, default on): the Workspace controller in
+  the scheduler, and the role for its workloads; ``autoscale`` (``--autoscale``): trigger
+  pods in the install's namespace, their PriorityClass, and NodeClaims read;
+  ``tenant_namespaces`` (``--tenant-namespaces``): where the scheduler may write (every
+  role, and why: :mod:`kgpu.kube.install.rbac`).
 - ``crds_only`` (``--crds-only``): just the four CRDs (for ``kgpu run --kubeconfig`` from a
   workstation, or a cluster where another tool manages the rest).
 
