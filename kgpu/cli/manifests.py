@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.decorators import FC
 
 from kgpu.cli.common import console
+
+
+def switch(flag: str, default: bool, text: str) -> Callable[[FC], FC]:
+    """``--FLAG/--no-FLAG``: a feature of the install, with the objects and rights it needs."""
+    return click.option(f"--{flag}/--no-{flag}", default=default, show_default=True, help=text)
 
 
 @click.command()
@@ -19,7 +26,7 @@ from kgpu.cli.common import console
     show_default=True,
     help="the spec.schedulerName kgpu schedules; also names the install's objects",
 )
-@click.option("--webhook/--no-webhook", default=True, show_default=True)
+@switch("webhook", True, "the admission webhook, and the rights it needs")
 @click.option(
     "--webhook-failure-policy",
     type=click.Choice(["Ignore", "Fail"]),
@@ -29,12 +36,7 @@ from kgpu.cli.common import console
 )
 @click.option("--replicas", type=click.IntRange(1), default=2, show_default=True)
 @click.option("--crds-only", is_flag=True, help="only the CustomResourceDefinitions")
-@click.option(
-    "--agent/--no-agent",
-    default=True,
-    show_default=True,
-    help="the node agent's DaemonSet, which reports each GPU node's Device",
-)
+@switch("agent", True, "the node agent's DaemonSet, which reports each GPU node's Device")
 @click.option(
     "--agent-node-selector",
     default="nvidia.com/gpu.present=true",
@@ -47,17 +49,11 @@ from kgpu.cli.common import console
     help="the RuntimeClass that gives containers the NVIDIA driver (the GPU Operator's "
     '"nvidia"), where it is not the nodes\' default runtime',
 )
-@click.option(
-    "--workspaces/--no-workspaces",
-    default=True,
-    show_default=True,
-    help="the Workspace controller in the scheduler, and the rights it needs",
-)
-@click.option(
-    "--autoscale/--no-autoscale",
-    default=False,
-    show_default=True,
-    help="trigger pods (docs/AUTOSCALING.md) in the install's namespace, their "
+@switch("workspaces", True, "the Workspace controller in the scheduler, and its rights")
+@switch(
+    "autoscale",
+    False,
+    "trigger pods (docs/AUTOSCALING.md) in the install's namespace, their "
     "PriorityClass, and the rights they need",
 )
 @click.option(
