@@ -58,10 +58,8 @@ def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> No
         "Namespace",
         *["CustomResourceDefinition"] * 4,
         "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
+        *["ClusterRole", "ClusterRoleBinding"] * 4,  # reads, tenant, shares, workspaces
+        *["Role", "RoleBinding"] * 2,  # the Lease; the pods of the install's namespace
         "Deployment",
         "Service",
         "ServiceAccount",
@@ -71,6 +69,8 @@ def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> No
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",  # the agent's pods, read
+        "RoleBinding",
         "Secret",
         "Service",
         "Deployment",
@@ -144,36 +144,53 @@ def test_bad_options_are_refused(opts: InstallOptions, message: str) -> None:
         render_objects(opts)
 
 
-def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
-    rules = {
-        (tuple(r["apiGroups"]), tuple(r["resources"])): tuple(r["verbs"])
-        for r in by_kind(install, "ClusterRole")[0]["rules"]
+def named(objects: list[Obj], kind: str, name: str) -> Obj:
+    [obj] = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj
+
+
+def rules_of(role: Obj) -> dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]]:
+    return {
+        (tuple(r["apiGroups"]), tuple(r["resources"])): tuple(r["verbs"]) for r in role["rules"]
     }
+
+
+def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
     crs = ("queues", "podgroups", "devices", "workspaces")
-    assert rules == {
-        # create and delete: --autoscale's trigger pods; patch: device annotations the
-        # kubelet's choice of GPUs corrects
-        # (and the reservation pods that hold shared GPUs, in kgpu-system)
-        (("",), ("pods",)): ("get", "list", "watch", "create", "delete", "patch"),
-        # the GPU environment of shares, written in their namespaces; nothing read in bulk
-        (("",), ("configmaps",)): ("get", "create", "update", "patch"),
-        (("",), ("pods/binding",)): ("create",),
+    # Cluster-wide: what a session reads, Events, and the cluster-scoped Queues' status.
+    assert rules_of(named(install, "ClusterRole", "kgpu-scheduler")) == {
+        (("",), ("pods",)): ("get", "list", "watch"),
         (("",), ("nodes",)): ("get", "list", "watch"),
-        (("",), ("events",)): ("create", "patch"),
         (("kgpu.io",), crs): ("get", "list", "watch"),
-        (("kgpu.io",), ("queues/status", "podgroups/status")): ("update", "patch"),
-        # the Workspace controller
+        # list and watch: the cache PodGroups' spec.priorityClassName is read from;
+        # no create: the trigger pods' class is installed with the rest
+        (("scheduling.k8s.io",), ("priorityclasses",)): ("get", "list", "watch"),
+        (("",), ("events",)): ("create", "patch"),
+        (("kgpu.io",), ("queues/status",)): ("update", "patch"),
+    }
+    # In the pods' namespaces: bind, delete victims, correct device annotations. No create.
+    assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-tenant")) == {
+        (("",), ("pods",)): ("delete", "patch"),
+        (("",), ("pods/binding",)): ("create",),
+        (("kgpu.io",), ("podgroups/status",)): ("update", "patch"),
+    }
+    # the GPU environment of shares, written in their namespaces; nothing read in bulk
+    assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-shares")) == {
+        (("",), ("configmaps",)): ("get", "create", "update", "patch"),
+    }
+    assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-workspaces")) == {
         (("kgpu.io",), ("workspaces/status",)): ("patch",),
         (("kgpu.io",), ("workspaces/finalizers",)): ("update",),
         (("",), ("services",)): ("list", "create"),
         (("apps",), ("deployments",)): ("list", "create", "patch"),
         (("apps",), ("statefulsets",)): ("list", "create", "patch", "delete"),
         (("leaderworkerset.x-k8s.io",), ("leaderworkersets",)): ("list", "create", "patch"),
-        # list and watch: the cache PodGroups' spec.priorityClassName is read from
-        (("scheduling.k8s.io",), ("priorityclasses",)): ("get", "list", "watch", "create"),
-        (("karpenter.sh",), ("nodeclaims",)): ("get", "list", "watch"),
     }
-    lease = by_kind(install, "Role")[0]
+    # The one place the scheduler may create a pod: the reservation pods of shared GPUs.
+    pods = named(install, "Role", "kgpu-scheduler-install")
+    assert pods["metadata"]["namespace"] == "kgpu-system"
+    assert rules_of(pods) == {(("",), ("pods",)): ("create", "delete", "patch")}
+    lease = named(install, "Role", "kgpu-scheduler-leader-election")
     assert lease["metadata"]["namespace"] == "kgpu-system"
     assert lease["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
@@ -185,8 +202,17 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         },
     ]
     for kind in ("ClusterRole", "Role"):
-        for rule in by_kind(install, kind)[0]["rules"]:
-            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        for role in by_kind(install, kind):
+            for rule in role["rules"]:
+                assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+                assert "*" not in rule["apiGroups"]
+    # every role is bound, to its own account, and every binding names a role rendered
+    for binding in by_kind(install, "ClusterRoleBinding") + by_kind(install, "RoleBinding"):
+        ref = binding["roleRef"]
+        assert named(install, ref["kind"], ref["name"])
+        [subject] = binding["subjects"]
+        assert subject["namespace"] == "kgpu-system"
+        assert binding["metadata"]["name"].startswith(subject["name"])
 
 
 def test_scheduler_deployment_has_probes_metrics_and_leader_election(install: list[Obj]) -> None:
@@ -270,9 +296,15 @@ def test_webhook_rules(install: list[Obj]) -> None:
         ],
         "podgroups.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "podgroups")],
         "workspaces.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "workspaces")],
+        # each agent its own node's Device only
+        "devices.kgpu.io": [
+            ("kgpu.io", ("CREATE", "UPDATE", "DELETE"), "devices"),
+            ("kgpu.io", ("UPDATE",), "devices/status"),
+        ],
     }
     for hook in config["webhooks"]:
-        assert hook["failurePolicy"] == "Ignore"
+        # Devices fail closed whatever the policy: only agents write them, and retry.
+        assert hook["failurePolicy"] == ("Fail" if hook["name"] == "devices.kgpu.io" else "Ignore")
         assert hook["sideEffects"] == "None"
         assert hook["admissionReviewVersions"] == ["v1"]
     # The install's own namespace is skipped, so the webhook's pods can always start.
@@ -297,36 +329,50 @@ def test_webhook_rules(install: list[Obj]) -> None:
     assert "--on-nodes-unavailable=admit" in args
 
 
-def test_the_webhook_may_list_nodes_and_queues_and_nothing_else(install: list[Obj]) -> None:
-    [_, _, role] = by_kind(install, "ClusterRole")
-    assert role["metadata"]["name"] == "kgpu-scheduler-webhook"
+def test_the_webhook_may_list_nodes_and_queues_ask_access_and_nothing_else(
+    install: list[Obj],
+) -> None:
+    role = named(install, "ClusterRole", "kgpu-scheduler-webhook")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
         {"apiGroups": ["kgpu.io"], "resources": ["queues"], "verbs": ["list"]},
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
     ]
-    [_, _, binding] = by_kind(install, "ClusterRoleBinding")
+    binding = named(install, "ClusterRoleBinding", "kgpu-scheduler-webhook")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "kgpu-scheduler-webhook", "namespace": "kgpu-system"}
     ]
+    # the node of the agent pod behind a Device write, read where the agents run only
+    pods = named(install, "Role", "kgpu-scheduler-webhook-agent-pods")
+    assert pods["metadata"]["namespace"] == "kgpu-system"
+    assert pods["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    assert "kgpu-scheduler-webhook-agent-pods" not in str(
+        render_objects(InstallOptions(agent=False))
+    )
     # Its pods mount the service account's token, or they could not list.
     webhook = by_kind(install, "Deployment")[1]["spec"]["template"]["spec"]
     assert webhook["serviceAccountName"] == "kgpu-scheduler-webhook"
     assert webhook.get("automountServiceAccountToken", True) is True
+    args = webhook["containers"][0]["args"]
+    assert "--agent-service-account=kgpu-system:kgpu-scheduler-agent" in args
 
 
 def test_the_agent_may_write_devices_read_its_node_and_tell_events_and_nothing_else(
     install: list[Obj],
 ) -> None:
-    [_, role, _] = by_kind(install, "ClusterRole")
-    assert role["metadata"]["name"] == "kgpu-scheduler-agent"
+    role = named(install, "ClusterRole", "kgpu-scheduler-agent")
     assert role["rules"] == [
         {"apiGroups": ["kgpu.io"], "resources": ["devices"], "verbs": ["get", "create", "update"]},
         {"apiGroups": ["kgpu.io"], "resources": ["devices/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
-    [_, binding, _] = by_kind(install, "ClusterRoleBinding")
+    binding = named(install, "ClusterRoleBinding", "kgpu-scheduler-agent")
     assert binding["roleRef"]["name"] == "kgpu-scheduler-agent"
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "kgpu-scheduler-agent", "namespace": "kgpu-system"}
@@ -347,14 +393,15 @@ def test_the_agent_runs_on_every_gpu_node_with_nvml_and_the_kubelet_checkpoint(
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env == {
         "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "NVIDIA_VISIBLE_DEVICES": "all",
         "NVIDIA_DRIVER_CAPABILITIES": "utility",
     }
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
     # The agent's default checkpoint path and pod-resources socket are inside the
     # directories mounted from the host, read-only.
-    mounts = container["volumeMounts"]
-    volumes = pod["volumes"]
+    *mounts, token = container["volumeMounts"]
+    *volumes, projected = pod["volumes"]
     assert [m["name"] for m in mounts] == [v["name"] for v in volumes]
     assert all(m["readOnly"] is True for m in mounts)
     assert [
@@ -363,8 +410,24 @@ def test_the_agent_runs_on_every_gpu_node_with_nvml_and_the_kubelet_checkpoint(
         (str(DEFAULT_CHECKPOINT.parent),) * 2,
         (str(DEFAULT_SOCKET.parent),) * 2,
     ]
+    # The token the API server binds to the pod (its name and uid reach the webhook, which
+    # keeps each agent to its own node's Device), where clients look for it; not the
+    # legacy one, which names no pod.
+    assert pod["automountServiceAccountToken"] is False
+    assert (token["name"], token["mountPath"], token["readOnly"]) == (
+        projected["name"],
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+        True,
+    )
+    sources = projected["projected"]["sources"]
+    assert sources[0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}
+    assert [i["path"] for s in sources[1:] for i in next(iter(s.values()))["items"]] == [
+        "ca.crt",
+        "namespace",
+    ]
     assert container["args"][0] == "agent"
     params = main.commands["agent"].make_context("agent", container["args"][1:]).params
+    assert params["metrics_address"] == "$(POD_IP)"  # the kubelet expands it
     assert params["interval"] == 10.0
     assert container["ports"] == [{"name": "metrics", "containerPort": 10261, "protocol": "TCP"}]
     assert params["metrics_port"] == 10261

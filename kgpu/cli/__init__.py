@@ -7,7 +7,8 @@ import click
 from kgpu import core_build
 from kgpu.cli.agent import agent
 from kgpu.cli.demo import demo
-from kgpu.cli.live_cluster import explain, manifests, run_scheduler, webhook
+from kgpu.cli.live_cluster import explain, run_scheduler, webhook
+from kgpu.cli.manifests import manifests
 from kgpu.cli.simulate import simulate
 
 

@@ -85,6 +85,12 @@ if TYPE_CHECKING:
     show_default=True,
     help="port of /metrics, /healthz (503 once rounds stop ending) and /readyz (0: any free port)",
 )
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="the address /metrics and the probes listen on (the install gives the pod's IP)",
+)
 @click.option("--once", is_flag=True, help="one round, then exit")
 @click.option(
     "--dry-run",
@@ -104,6 +110,7 @@ def agent(
     sysfs: Path,
     ignore_xid: tuple[int, ...],
     metrics_port: int,
+    metrics_address: str,
     once: bool,
     dry_run: bool,
     verbose: bool,
@@ -128,10 +135,12 @@ def agent(
     from kgpu.kube.api.client import KubeClient
     from kgpu.kube.api.errors import KubeError
     from kgpu.kube.api.event_recorder import EventRecorder, now_rfc3339
+    from kgpu.kube.api.printable import escape_logs
     from kgpu.kube.live.health_server import HealthServer
 
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    escape_logs()  # object text in log lines: kgpu.kube.api.printable
     if node is None and not dry_run:
         raise click.UsageError("--node (or NODE_NAME) names the node whose Device is written")
     node = node or socket.gethostname()
@@ -184,7 +193,11 @@ def agent(
                 click.echo(f"Device {node}: {count} GPUs reported")
                 return
             server = HealthServer(
-                metrics.render, metrics.ready, live=metrics.live, port=metrics_port
+                metrics.render,
+                metrics.ready,
+                live=metrics.live,
+                host=metrics_address,
+                port=metrics_port,
             ).start()
             logging.getLogger("kgpu.agent").info(
                 "kgpu agent for node %s: metrics on port %d", node, server.port

@@ -1,107 +1,23 @@
-"""Commands for a live cluster: install manifests, the webhook, explain, the scheduler."""
+"""Commands for a live cluster: the webhook, explain, the scheduler."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from kgpu.cli.common import console
 from kgpu.cli.share_options import reservation_config, share_options
 from kgpu.config import POLICIES, ProfileError
 
 
 @click.command()
-@click.option("--namespace", default="kgpu-system", show_default=True, help="where kgpu runs")
-@click.option("--image", default="ghcr.io/kgpu/kgpu:0.1.0", show_default=True)
 @click.option(
-    "--scheduler-name",
-    default="kgpu-scheduler",
+    "--address",
+    default="127.0.0.1",
     show_default=True,
-    help="the spec.schedulerName kgpu schedules; also names the install's objects",
+    help="the address to listen on (the install gives the pod's IP)",
 )
-@click.option("--webhook/--no-webhook", default=True, show_default=True)
-@click.option(
-    "--webhook-failure-policy",
-    type=click.Choice(["Ignore", "Fail"]),
-    default="Ignore",
-    show_default=True,
-    help="when the webhook cannot be reached: admit (Ignore) or refuse (Fail)",
-)
-@click.option("--replicas", type=click.IntRange(1), default=2, show_default=True)
-@click.option("--crds-only", is_flag=True, help="only the CustomResourceDefinitions")
-@click.option(
-    "--agent/--no-agent",
-    default=True,
-    show_default=True,
-    help="the node agent's DaemonSet, which reports each GPU node's Device",
-)
-@click.option(
-    "--agent-node-selector",
-    default="nvidia.com/gpu.present=true",
-    show_default=True,
-    help="the nodes the agent runs on, as label=value pairs separated by commas",
-)
-@click.option(
-    "--agent-runtime-class",
-    default="",
-    help="the RuntimeClass that gives containers the NVIDIA driver (the GPU Operator's "
-    '"nvidia"), where it is not the nodes\' default runtime',
-)
-@click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="file to write"
-)
-def manifests(
-    namespace: str,
-    image: str,
-    scheduler_name: str,
-    webhook: bool,
-    webhook_failure_policy: str,
-    replicas: int,
-    crds_only: bool,
-    agent: bool,
-    agent_node_selector: str,
-    agent_runtime_class: str,
-    output: Path | None,
-) -> None:
-    """Print the whole install as one YAML stream for `kubectl apply -f -`.
-
-    With the webhook, a new certificate is made each time: keep the output as a Secret."""
-    from kgpu.kube.install.bundle import render_objects, to_yaml
-    from kgpu.kube.install.options import InstallOptions, RenderError
-
-    opts = InstallOptions(
-        namespace,
-        image,
-        scheduler_name,
-        webhook,
-        webhook_failure_policy,
-        replicas,
-        crds_only,
-        agent,
-        agent_node_selector,
-        agent_runtime_class,
-    )
-    try:
-        objects = render_objects(opts)
-    except RenderError as exc:
-        raise click.ClickException(str(exc)) from exc
-    args = " ".join(sys.argv[1:]) if sys.argv[1:2] == ["manifests"] else "manifests"
-    header = f"# kgpu install for `kubectl apply -f`; rendered by `kgpu {args}`\n"
-    if webhook and not crds_only:
-        header += "# Holds the webhook's private key: keep this file as you keep a Secret.\n"
-    text = to_yaml(objects, header)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        output.write_text(text)
-        console.print(f"wrote {len(objects)} objects to {output}")
-
-
-@click.command()
-@click.option("--address", default="0.0.0.0", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8443, show_default=True)
 @click.option("--cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -121,6 +37,12 @@ def manifests(
     help="a Workspace's CREATE when the Nodes cannot be read: admit it with a warning "
     "(the controller still places it or says why not) or deny it",
 )
+@click.option(
+    "--agent-service-account",
+    default="",
+    help="NAMESPACE:NAME of the node agents' ServiceAccount: a Device written by it is "
+    "allowed only from the agent pod on that Device's node (docs/SECURITY.md)",
+)
 def webhook(
     address: str,
     port: int,
@@ -129,6 +51,7 @@ def webhook(
     scheduler_name: str,
     kubeconfig: str | None,
     on_nodes_unavailable: str,
+    agent_service_account: str,
 ) -> None:
     """Serve the admission webhook (POST /validate, GET /healthz) over HTTPS.
 
@@ -138,11 +61,15 @@ def webhook(
     import signal
     import tempfile
 
+    from kgpu.kube.admission.device_writer import DeviceWriters, pod_reader
+    from kgpu.kube.admission.node_access import subject_access
     from kgpu.kube.admission.review import WorkspaceNodes
     from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
     from kgpu.kube.api.errors import KubeError
     from kgpu.kube.api.listed import Listed, webhook_client
-    from kgpu.kube.api.resource_types import QUEUES, WEBHOOK_PATH
+    from kgpu.kube.api.printable import escape_logs
+    from kgpu.kube.api.resource_types import PODS, QUEUES, WEBHOOK_PATH
+    from kgpu.kube.install.secret_file import write_private
     from kgpu.kube.install.webhook_certs import generate_tls
     from kgpu.kube.workspaces.node_source import ListedNodes
 
@@ -154,20 +81,36 @@ def webhook(
     except KubeError as exc:
         raise click.ClickException(f"{exc} (needed to place Workspaces)") from exc
     nodes, queues = ListedNodes(client), Listed(client, QUEUES)
-    workspaces = WorkspaceNodes(nodes, deny_when_unavailable=on_nodes_unavailable == "deny")
+    workspaces = WorkspaceNodes(
+        nodes,
+        deny_when_unavailable=on_nodes_unavailable == "deny",
+        may_list_nodes=subject_access(client),
+    )
+    devices = None
+    if agent_service_account:
+        sa_namespace, _, sa_name = agent_service_account.partition(":")
+        if not sa_namespace or not sa_name:
+            raise click.UsageError("--agent-service-account is NAMESPACE:NAME")
+        pods = pod_reader(lambda ns, name: client.get(PODS, name, ns))
+        devices = DeviceWriters(sa_namespace, sa_name, pods)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    escape_logs()  # object text in log lines: kgpu.kube.api.printable
     if cert is None or key is None:
         folder = Path(tempfile.mkdtemp(prefix="kgpu-webhook-"))
         tls = generate_tls(["localhost"], ["127.0.0.1"])
         cert, key = folder / "tls.crt", folder / "tls.key"
         (folder / "ca.crt").write_bytes(tls.ca_pem)
         cert.write_bytes(tls.cert_pem)
-        key.touch(mode=0o600)
-        key.write_bytes(tls.key_pem)
+        write_private(key, tls.key_pem)
         click.echo(f"no --cert/--key: a throwaway certificate; its CA is {folder / 'ca.crt'}")
     try:
         server = WebhookServer(
-            (address, port), tls_context(cert, key), scheduler_name, workspaces, queues
+            (address, port),
+            tls_context(cert, key),
+            scheduler_name,
+            workspaces,
+            queues,
+            devices=devices,
         )
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot serve on {address}:{port}: {exc}") from exc
@@ -238,6 +181,12 @@ def explain(
     help="/healthz fails once scheduling sessions have failed, one after another, for this "
     "long, or the loop has not come round for this long (0: never)",
 )
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="the address /metrics and the probes listen on (the install gives the pod's IP)",
+)
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--namespace-for-lease", default="kube-system", show_default=True)
 @click.option(
@@ -288,7 +237,13 @@ def explain(
     type=click.IntRange(0, 65535),
     default=9443,
     show_default=True,
-    help="with --serve-webhook: the port it listens on, on every IPv4 interface",
+    help="with --serve-webhook: the port it listens on",
+)
+@click.option(
+    "--webhook-address",
+    default="",
+    help="with --serve-webhook: the address it listens on; default: this machine's "
+    "address on the route to the API server (0.0.0.0: every IPv4 interface)",
 )
 @click.option(
     "--webhook-host",
@@ -303,6 +258,7 @@ def run_scheduler(
     policy: str,
     metrics_port: int,
     liveness_failure_seconds: float,
+    metrics_address: str,
     leader_elect: bool,
     namespace_for_lease: str,
     autoscale: bool,
@@ -312,6 +268,7 @@ def run_scheduler(
     workspaces: bool,
     serve_webhook: bool | None,
     webhook_port: int,
+    webhook_address: str,
     webhook_host: str,
     verbose: bool,
     **shares: Any,
@@ -328,6 +285,7 @@ def run_scheduler(
     from kgpu.cli.workstation import WorkstationWebhook
     from kgpu.config import load_profile
     from kgpu.kube.api.errors import KubeError
+    from kgpu.kube.api.printable import escape_logs
     from kgpu.kube.live.loop import LoopConfig
     from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
     from kgpu.kube.scaling.karpenter_objects import NodePoolError
@@ -343,6 +301,7 @@ def run_scheduler(
         serve_webhook = not os.environ.get("KUBERNETES_SERVICE_HOST")
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    escape_logs()  # object text in log lines: kgpu.kube.api.printable
     try:
         load_profile(policy)  # a bad policy fails before anything connects
         scaling = None
@@ -360,6 +319,7 @@ def run_scheduler(
                 scheduler_name=scheduler_name,
                 policy=policy,
                 metrics_port=metrics_port,
+                metrics_host=metrics_address,
                 leader_elect=leader_elect,
                 lease_namespace=namespace_for_lease,
                 autoscale=scaling,
@@ -371,7 +331,11 @@ def run_scheduler(
                     liveness_failure_s=liveness_failure_seconds,
                 ),
                 companions=(
-                    (WorkstationWebhook(scheduler_name, webhook_port, webhook_host),)
+                    (
+                        WorkstationWebhook(
+                            scheduler_name, webhook_port, webhook_host, webhook_address
+                        ),
+                    )
                     if serve_webhook
                     else ()
                 ),

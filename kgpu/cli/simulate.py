@@ -104,6 +104,7 @@ def simulate_manifests(
     from rich.table import Table
     from rich.text import Text
 
+    from kgpu.kube.api.printable import printable
     from kgpu.sim.manifest_results import PodStatus
     from kgpu.sim.manifests import ManifestError
     from kgpu.sim.manifests import simulate_manifests as run_manifests
@@ -118,9 +119,10 @@ def simulate_manifests(
         if r.gpus and r.gpu_milli < 1000:
             gpus += f" ({r.gpu_milli / 1000:g} GPU)"
         style = {PodStatus.PENDING: "yellow", PodStatus.EVICTED: "red"}.get(r.status)
-        # Text, not str: a message such as "requests[nvidia.com/gpu]" is not rich markup.
+        # Text, not str: a message such as "requests[nvidia.com/gpu]" is not rich markup;
+        # names and messages are the objects' text, escaped (kgpu.kube.api.printable).
         cells = (r.pod, str(r.status), r.node, gpus, r.message)
-        table.add_row(*(Text(c) for c in cells), style=style)
+        table.add_row(*(Text(printable(c)) for c in cells), style=style)
     console.print(table)
     count = Counter(r.status for r in run.results)
     placed = count[PodStatus.RUNNING] + count[PodStatus.SCHEDULED]
@@ -134,7 +136,7 @@ def simulate_manifests(
         f"placed={placed} pending={count[PodStatus.PENDING]}{moved}"
     )
     for note in run.notes:
-        console.print(f"note: {note}", style="dim", markup=False, highlight=False)
+        console.print(f"note: {printable(note)}", style="dim", markup=False, highlight=False)
     if json_out is not None:
         json_out.write_text(json.dumps(run.to_json(), indent=1))
         console.print(f"wrote {json_out}")

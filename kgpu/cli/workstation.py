@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from kgpu.kube.admission.node_access import subject_access
 from kgpu.kube.admission.review import WorkspaceNodes
 from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.listed import Listed
 from kgpu.kube.api.resource_types import QUEUES
+from kgpu.kube.install.secret_file import write_private
 from kgpu.kube.install.webhook_certs import generate_tls
 from kgpu.kube.install.workstation import register, unregister
 from kgpu.kube.workspaces.node_source import ListedNodes
@@ -34,7 +36,6 @@ from kgpu.kube.workspaces.node_source import ListedNodes
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT: Final = 9443
-BIND_ADDRESS: Final = "0.0.0.0"
 
 
 def route_address(api_server_url: str) -> str:
@@ -60,7 +61,7 @@ class WorkstationWebhook:
     scheduler_name: str
     port: int = DEFAULT_PORT  # 0: any free port (tests)
     host: str = ""  # "": route_address of the API server
-    bind: str = BIND_ADDRESS
+    bind: str = ""  # "": the route's local address, the interface facing the API server
     server: WebhookServer | None = field(default=None, init=False)
     url: str = field(default="", init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
@@ -75,14 +76,14 @@ class WorkstationWebhook:
         with tempfile.TemporaryDirectory(prefix="kgpu-webhook-") as folder:
             cert, key = Path(folder) / "tls.crt", Path(folder) / "tls.key"
             cert.write_bytes(tls.cert_pem)
-            key.touch(mode=0o600)
-            key.write_bytes(tls.key_pem)
+            write_private(key, tls.key_pem)
             context = tls_context(cert, key)  # read now: the files go with the folder
         self.server = WebhookServer(
-            (self.bind, self.port),
+            (self.bind or route_address(client.host), self.port),
             context,
             self.scheduler_name,
-            WorkspaceNodes(ListedNodes(client)),
+            # Node groups in a denial only for those who may list Nodes (docs/SECURITY.md).
+            WorkspaceNodes(ListedNodes(client), may_list_nodes=subject_access(client)),
             Listed(client, QUEUES),
         )
         self._thread = self.server.start_background()

@@ -19,6 +19,10 @@ expected (the messages of :class:`kgpu.kube.objects.node_pod.ConversionError`):
   (:func:`kgpu.kube.workspaces.placement_check.validate_workspace`), denied with KAITO's "No
   suitable node group found: ..." and every group's reason. An UPDATE never re-places: the
   group is chosen once, at creation, and raising replicas later only scales the workload.
+  The groups and their reasons are shown only to a user who may list Nodes
+  (``WorkspaceNodes.may_list_nodes``, :mod:`kgpu.kube.admission.node_access`).
+- Devices, given ``devices``: a write by the node agents' account only from the agent pod on
+  the Device's node (:mod:`kgpu.kube.admission.device_writer`); other writers are allowed.
 
 - Who may use a queue (:mod:`kgpu.kube.admission.queue_fence`), when the webhook is given
   the Queues: a pod of ours or a PodGroup naming a queue its namespace may not use, and a
@@ -45,6 +49,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kgpu.framework.group_scheduler import DENIAL
+from kgpu.kube.admission.device_writer import DeviceWriters, DeviceWriterUnavailable
+from kgpu.kube.admission.node_access import NodeAccess
 from kgpu.kube.admission.queue_fence import QueueSource, fence_problem
 from kgpu.kube.api.resource_types import CRD_GROUP
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
@@ -74,6 +81,8 @@ class WorkspaceNodes:
 
     source: NodeSource
     deny_when_unavailable: bool = False
+    # Who sees the node groups in a denial (kgpu.kube.admission.node_access); None: all.
+    may_list_nodes: NodeAccess | None = None
 
 
 def review(
@@ -81,13 +90,19 @@ def review(
     scheduler_name: str,
     workspaces: WorkspaceNodes | None = None,
     queues: QueueSource | None = None,
+    devices: DeviceWriters | None = None,
 ) -> dict[str, Any]:
     """The AdmissionReview answering ``body`` (an AdmissionReview v1 request).
 
     Without ``workspaces`` a Workspace is checked for its shape only; without ``queues``
-    no pod or PodGroup is checked for who may use its queue."""
+    no pod or PodGroup is checked for who may use its queue; without ``devices`` any
+    writer of a Device is allowed (:mod:`kgpu.kube.admission.device_writer`)."""
     request = admission_request(body)
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    if _kind(request) == "Device":
+        if devices is not None:
+            _writer(response, request, devices)
+        return answer(response)
     problem = _problem(request, request.get("object"), scheduler_name)
     obj, old = request.get("object"), request.get("oldObject")
     if problem is not None:
@@ -110,7 +125,9 @@ def review(
         and isinstance(request.get("object"), Mapping)
         and workspaces is not None
     ):
-        _place(response, named(request["object"], request), workspaces)
+        user = request.get("userInfo")
+        user = user if isinstance(user, Mapping) else {}
+        _place(response, named(request["object"], request), workspaces, user)
     return answer(response)
 
 
@@ -145,9 +162,10 @@ def _kind(request: Obj) -> object:
     return kind.get("kind") if isinstance(kind, Mapping) else None
 
 
-def _place(response: dict[str, Any], obj: Obj, workspaces: WorkspaceNodes) -> None:
+def _place(response: dict[str, Any], obj: Obj, workspaces: WorkspaceNodes, user: Obj) -> None:
     """Deny a well-formed Workspace that no node group fits (see the module's docstring
-    for when the Nodes cannot be read)."""
+    for when the Nodes cannot be read), naming the groups to ``user`` if they may list
+    Nodes."""
     ref = _ref("Workspace", obj)
     try:
         nodes = workspaces.source.nodes()
@@ -166,8 +184,26 @@ def _place(response: dict[str, Any], obj: Obj, workspaces: WorkspaceNodes) -> No
             ]
         return
     allowed, message = validate_workspace(obj, nodes)
-    if not allowed:
-        deny(response, message)
+    if allowed:
+        return
+    if workspaces.may_list_nodes is not None and not workspaces.may_list_nodes(user):
+        # The groups are the cluster's shape, for those who may list Nodes only.
+        message = (
+            f"{DENIAL} {ref}: no node group of the cluster fits it; the groups and why each "
+            "does not fit are shown only to users who may list nodes"
+        )
+    deny(response, message)
+
+
+def _writer(response: dict[str, Any], request: Obj, devices: DeviceWriters) -> None:
+    try:
+        problem = devices.problem(request)
+    except DeviceWriterUnavailable as exc:
+        response["allowed"] = False
+        response["status"] = {"code": UNAVAILABLE_CODE, "message": f"{exc}; try again"}
+        return
+    if problem is not None:
+        deny(response, problem)
 
 
 def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:

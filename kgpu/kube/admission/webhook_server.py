@@ -8,10 +8,11 @@ cluster's Nodes (``workspaces``, see :mod:`kgpu.kube.workspaces.node_source`), a
 PodGroup's the Queues (``queues``, see :mod:`kgpu.kube.admission.queue_fence`), within the
 hook's timeout.
 
-The standard library's threading HTTP server, one thread per connection: admission traffic
-is a few requests per pod created, and each verdict takes microseconds. The TLS handshake
-runs in the connection's thread (not in ``accept``), under the same timeout as the request,
-so a client that stalls mid-handshake holds up only itself.
+The standard library's threading HTTP server, one thread per connection, bounded in threads
+and in time (:mod:`kgpu.kube.api.http_serving`): admission traffic is a few requests per pod
+created, and each verdict takes microseconds. The TLS handshake runs in the connection's
+thread (not in ``accept``), under the same deadline as the request, so a client that stalls
+mid-handshake holds up only itself, and only for the deadline.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ import logging
 import ssl
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from kgpu.kube.admission.device_writer import DeviceWriters
 from kgpu.kube.admission.pod_env import mutate
 from kgpu.kube.admission.queue_fence import QueueSource
 from kgpu.kube.admission.review import ReviewError, WorkspaceNodes, review
+from kgpu.kube.api.http_serving import BoundedServer, DeadlineHandler
 from kgpu.kube.api.resource_types import MUTATE_PATH, WEBHOOK_PATH
 from kgpu.model.json_text import OutOfBounds, read_json
 from kgpu.model.limits import MAX_OBJECT_DEPTH
@@ -36,7 +38,7 @@ from kgpu.model.limits import MAX_OBJECT_DEPTH
 log = logging.getLogger("kgpu.webhook")
 
 MAX_BODY: Final = 8 * 1024 * 1024  # a pod with many large annotations stays far below
-TIMEOUT_S: Final = 10.0  # the API server gives up after 10 s by default too
+TIMEOUT_S: Final = 15.0  # per request; the API server gives up after 10 s at most
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -46,10 +48,8 @@ def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
     return context
 
 
-class WebhookServer(ThreadingHTTPServer):
+class WebhookServer(BoundedServer):
     """Serves admission reviews over TLS until :meth:`shutdown`."""
-
-    daemon_threads = True  # a hung client never keeps the process from exiting
 
     def __init__(
         self,
@@ -58,11 +58,15 @@ class WebhookServer(ThreadingHTTPServer):
         scheduler_name: str,
         workspaces: WorkspaceNodes | None = None,
         queues: QueueSource | None = None,
+        *,
+        devices: DeviceWriters | None = None,
+        deadline: float = TIMEOUT_S,
     ) -> None:
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, deadline=deadline)
         self.scheduler_name = scheduler_name
         self.workspaces = workspaces
         self.queues = queues
+        self.devices = devices
         self.socket = context.wrap_socket(
             self.socket, server_side=True, do_handshake_on_connect=False
         )
@@ -82,9 +86,8 @@ class WebhookServer(ThreadingHTTPServer):
         log.debug("connection from %s failed", client_address, exc_info=True)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(DeadlineHandler):
     server: WebhookServer
-    timeout = TIMEOUT_S
     protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses connections
 
     def do_GET(self) -> None:
@@ -114,7 +117,13 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = mutate(request, self.server.scheduler_name)
             else:
                 server = self.server
-                answer = review(request, server.scheduler_name, server.workspaces, server.queues)
+                answer = review(
+                    request,
+                    server.scheduler_name,
+                    server.workspaces,
+                    server.queues,
+                    devices=server.devices,
+                )
         except (ValueError, ReviewError) as exc:  # JsonTextError is a ValueError
             message = str(exc) if isinstance(exc, ReviewError) else "body is not JSON"
             if isinstance(exc, OutOfBounds):

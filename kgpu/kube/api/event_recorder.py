@@ -20,6 +20,7 @@ from typing import Any
 from kgpu.kube.api.backoff import Backoff
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, TemporaryError
+from kgpu.kube.api.printable import printable
 from kgpu.kube.api.resource_types import EVENTS, meta
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ def event_body(
     }
     if m.get("namespace"):
         involved["namespace"] = namespace
+    # The message quotes objects' names and values: escaped, as `kubectl describe` prints it.
+    message = printable(message)
     if len(message) > _MAX_MESSAGE:
         message = message[: _MAX_MESSAGE - 3] + "..."
     return {

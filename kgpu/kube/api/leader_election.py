@@ -93,13 +93,36 @@ class LeaderElector:
         self._leader_until = float("-inf")
 
     def _run(self) -> None:
+        leading = False
         while not self._stop.is_set():
             try:
                 self.try_acquire_or_renew()
             except KubeError as exc:
                 log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            leading = self._tell_change(leading)
             self.status_known.set()
             self._stop.wait(self.timing.retry_period)
+        self._tell_change(leading, stopping=True)
+
+    def _tell_change(self, was_leading: bool, *, stopping: bool = False) -> bool:
+        """Log when this candidate became or stopped being the leader; whether it leads.
+        Losing the lease is a warning: every write stops until it is won again."""
+        leading = self.is_leader() and not stopping
+        lease = f"{self.namespace}/{self.name}"
+        if leading and not was_leading:
+            log.info("leading: %s holds lease %s", self.identity, lease)
+        elif was_leading and not leading:
+            if stopping:
+                log.info("stopped leading: %s gives up lease %s", self.identity, lease)
+            else:
+                holder = self.holder if self.holder != self.identity else "nobody, renewal failed"
+                log.warning(
+                    "lost leadership: %s no longer holds lease %s (holder: %s)",
+                    self.identity,
+                    lease,
+                    holder or "nobody",
+                )
+        return leading
 
     def try_acquire_or_renew(self) -> bool:
         """One round: True if this candidate holds the lease afterwards."""

@@ -51,6 +51,11 @@ LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespa
 PRIORITY_CLASSES: Final = Resource(
     "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
 )
+# Asked by the webhook whether a Workspace's creator may list Nodes (then its denial shows
+# the node groups; kgpu.kube.admission.node_access).
+SUBJECT_ACCESS_REVIEWS: Final = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
+)
 
 # kgpu's own custom resources. Queues and Devices belong to the cluster (a queue tree spans
 # namespaces; a Device describes one node), PodGroups to the namespace of their pods, as in

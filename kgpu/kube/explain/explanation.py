@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Placement, Scheduler
+from kgpu.kube.api.printable import printable
 from kgpu.kube.api.resource_types import uid
 from kgpu.kube.explain.near_miss import NearMiss, cpu_text, gpu_share_text, memory_text, near_misses
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse
@@ -72,7 +73,8 @@ class Explanation:
             out.append("  4. nearest nodes:")
             out += [f"     {miss.line()}" for miss in self.near_misses]
         out += [f"  note: {note}" for note in self.notes]
-        return out
+        # Names, labels and messages are the objects' writers' text: escaped for the terminal.
+        return [printable(line) for line in out]
 
 
 # ---------------------------------------------------------------------------- pure answers

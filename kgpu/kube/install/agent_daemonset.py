@@ -34,7 +34,12 @@ AGENT_METRICS_PORT = 10261  # `kgpu agent`'s default
 
 def agent_args() -> list[str]:
     """The agent container's command line; the node comes from NODE_NAME."""
-    return ["agent", "--interval=10", f"--metrics-port={AGENT_METRICS_PORT}"]
+    return [
+        "agent",
+        "--interval=10",
+        f"--metrics-port={AGENT_METRICS_PORT}",
+        "--metrics-address=$(POD_IP)",  # the pod's IP, where the probe and Prometheus reach
+    ]
 
 
 def agent_rules() -> list[Obj]:
@@ -48,8 +53,31 @@ def agent_rules() -> list[Obj]:
     ]
 
 
+# Where every client library looks for a pod's service account token.
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_SECONDS = 3607  # an hour, as the API server's own projected tokens; the client rereads
+
+
+def agent_name(opts: InstallOptions) -> str:
+    return f"{opts.scheduler_name}-agent"
+
+
+def bound_token_volume() -> Obj:
+    """The service account token as a projected volume (TokenRequest, GA in Kubernetes
+    1.20) rather than the legacy Secret: the API server binds it to the pod, and tells the
+    pod's name and uid in every request's user info, by which the webhook lets an agent
+    write its own node's Device only (kgpu.kube.admission.device_writer). The CA and the
+    namespace are where the legacy Secret put them."""
+    sources = [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+    ]  # fmt: skip
+    return {"name": "token", "projected": {"sources": sources, "defaultMode": 0o444}}
+
+
 def agent_objects(opts: InstallOptions) -> list[Obj]:
-    name = f"{opts.scheduler_name}-agent"
+    name = agent_name(opts)
     meta = object_meta(opts, name, "agent")
     labels = component_labels(opts, "agent")
     container: Obj = {
@@ -58,6 +86,7 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
         "args": agent_args(),
         "env": [
             field_env("NODE_NAME", "spec.nodeName"),
+            field_env("POD_IP", "status.podIP"),
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
         ],
@@ -79,10 +108,13 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
         "volumeMounts": [
             {"name": "device-plugins", "mountPath": DEVICE_PLUGINS_DIR, "readOnly": True},
             {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
+            {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True},
         ],
     }
     pod: Obj = {
         "serviceAccountName": name,
+        # Not the legacy token, which names no pod: the bound one below.
+        "automountServiceAccountToken": False,
         "priorityClassName": "system-node-critical",
         "nodeSelector": opts.agent_selector(),
         # GPU nodes are often tainted for GPU work only; the agent must run there anyway.
@@ -95,6 +127,7 @@ def agent_objects(opts: InstallOptions) -> list[Obj]:
         "volumes": [
             {"name": "device-plugins", "hostPath": {"path": DEVICE_PLUGINS_DIR}},
             {"name": "pod-resources", "hostPath": {"path": POD_RESOURCES_DIR}},
+            bound_token_volume(),
         ],
     }
     return [

@@ -24,6 +24,11 @@ What each option of :class:`InstallOptions` (``kgpu manifests`` flag) sets:
   Nodes a new Workspace is placed on (``kgpu webhook --on-nodes-unavailable``).
 - ``replicas`` (``--replicas``, default 2): scheduler replicas; one leads, the others wait on
   the Lease, so a lost node costs seconds of scheduling, not a reschedule of the scheduler.
+- ``workspaces`` (``--workspaces/--no-workspaces``, default on): the Workspace controller in
+  the scheduler, and the role for its workloads; ``autoscale`` (``--autoscale``): trigger
+  pods in the install's namespace, their PriorityClass, and NodeClaims read;
+  ``tenant_namespaces`` (``--tenant-namespaces``): where the scheduler may write (every
+  role, and why: :mod:`kgpu.kube.install.rbac`).
 - ``crds_only`` (``--crds-only``): just the four CRDs (for ``kgpu run --kubeconfig`` from a
   workstation, or a cluster where another tool manages the rest).
 
@@ -39,19 +44,20 @@ from typing import Any, Final
 
 import yaml
 
-from kgpu.kube.install.agent_daemonset import agent_objects
+from kgpu.kube.install.agent_daemonset import agent_name, agent_objects
 from kgpu.kube.install.crds import GROUP, custom_resource_definitions
 from kgpu.kube.install.options import (
-    RBAC,
     InstallOptions,
     Obj,
     cluster_identity,
     component_labels,
     container_security,
     field_env,
+    namespaced_identity,
     object_meta,
     rbac_rule,
 )
+from kgpu.kube.install.rbac import scheduler_rbac, trigger_priority_class
 from kgpu.kube.install.webhook_certs import WebhookTls, generate_tls, service_dns_names
 from kgpu.kube.install.webhook_config import (
     SKIP_LABEL,
@@ -65,6 +71,7 @@ from kgpu.kube.install.webhook_config import (
 METRICS_PORT: Final = 10251  # `kgpu run`'s default, kube-scheduler's old port
 WEBHOOK_PORT: Final = 8443
 TLS_DIR: Final = "/etc/kgpu/tls"
+POD_IP: Final = "POD_IP"
 
 
 def scheduler_args(opts: InstallOptions) -> list[str]:
@@ -72,28 +79,41 @@ def scheduler_args(opts: InstallOptions) -> list[str]:
     named after the scheduler, in the install's namespace, and so are the reservation pods
     of shared GPUs. Without the webhook no share would get its GPU environment (and none
     would be placed): shares are then only accounted."""
-    return [
+    args = [
         "run",
         f"--scheduler-name={opts.scheduler_name}",
         "--leader-elect",
         f"--namespace-for-lease={opts.namespace}",
         f"--metrics-port={METRICS_PORT}",
+        # The pod's IP (the kubelet's probes and Prometheus reach it there), not every
+        # interface: the kubelet expands $(POD_IP) from the container's environment.
+        f"--metrics-address=$({POD_IP})",
         f"--reservation-namespace={opts.namespace}" if opts.webhook else "--no-confine-shares",
+        "--workspaces" if opts.workspaces else "--no-workspaces",
     ]
+    if opts.autoscale:
+        # Trigger pods where the scheduler may create pods: the install's namespace.
+        args += ["--autoscale", f"--trigger-namespace={opts.namespace}"]
+    return args
 
 
 def webhook_args(opts: InstallOptions) -> list[str]:
     """``kgpu webhook`` in the cluster; it reads Nodes (for Workspaces) and Queues (for who may
     use them) as its service account."""
     unavailable = "deny" if opts.failure_policy == "Fail" else "admit"
-    return [
+    args = [
         "webhook",
+        f"--address=$({POD_IP})",
         f"--port={WEBHOOK_PORT}",
         f"--cert={TLS_DIR}/tls.crt",
         f"--key={TLS_DIR}/tls.key",
         f"--scheduler-name={opts.scheduler_name}",
         f"--on-nodes-unavailable={unavailable}",
     ]
+    if opts.agent:
+        # A Device is written only by the agent on its node (docs/SECURITY.md).
+        args.append(f"--agent-service-account={opts.namespace}:{agent_name(opts)}")
+    return args
 
 
 def render_objects(opts: InstallOptions, tls: WebhookTls | None = None) -> list[Obj]:
@@ -139,62 +159,9 @@ def _namespace(opts: InstallOptions) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
-def _scheduler_rules() -> list[Obj]:
-    """Only what ``kgpu run`` does: read pods, bind them (the Binding carries the device
-    annotations), correct those annotations to the GPUs the kubelet gave, delete preempted and reclaimed ones, read nodes, record
-    events, read kgpu's custom resources and write the status of those it reports on; run
-    the Workspace controller (:mod:`kgpu.kube.workspaces.controller`); with ``--autoscale``,
-    create and delete trigger pods, install their PriorityClass and read Karpenter's
-    NodeClaims."""
-    crs = ["queues", "podgroups", "devices", "workspaces"]
-    return [
-        # delete: the victims of preemption and reclaim, and --autoscale's trigger pods;
-        # create: those trigger pods (cluster-wide: their namespace is an option of `kgpu run`);
-        # patch: the device annotations of a pod the kubelet gave other GPUs;
-        # create, delete and patch: the reservation pods that hold shared GPUs (in the
-        # install's namespace, covered by the cluster-wide rule)
-        rbac_rule([""], ["pods"], ["get", "list", "watch", "create", "delete", "patch"]),
-        # A share's GPU environment, in the share's own namespace (kgpu.kube.objects.gpu_env)
-        rbac_rule([""], ["configmaps"], ["get", "create", "update", "patch"]),
-        rbac_rule([""], ["pods/binding"], ["create"]),
-        rbac_rule([""], ["nodes"], ["get", "list", "watch"]),
-        # core/v1 Events: what `kubectl describe` shows on every version; patch counts repeats
-        rbac_rule([""], ["events"], ["create", "patch"]),
-        rbac_rule([GROUP], crs, ["get", "list", "watch"]),
-        rbac_rule([GROUP], ["queues/status", "podgroups/status"], ["update", "patch"]),
-        # The Workspace controller: it finds a workspace's workload by listing with a label
-        # selector, creates what is missing, patches replicas to scale, deletes the
-        # StatefulSets of replicas scaled away, and patches the Workspace's status. Whether
-        # the LeaderWorkerSet CRD is installed it learns by listing LeaderWorkerSets.
-        rbac_rule([GROUP], ["workspaces/status"], ["patch"]),
-        # The workload's owner reference blocks the Workspace's deletion until it is gone;
-        # where OwnerReferencesPermissionEnforcement is on, that takes update on finalizers.
-        rbac_rule([GROUP], ["workspaces/finalizers"], ["update"]),
-        rbac_rule([""], ["services"], ["list", "create"]),
-        rbac_rule(["apps"], ["deployments"], ["list", "create", "patch"]),
-        rbac_rule(["apps"], ["statefulsets"], ["list", "create", "patch", "delete"]),
-        rbac_rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], ["list", "create", "patch"]),
-        # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job.
-        # --autoscale: the trigger pods' PriorityClass, installed at start; Karpenter's
-        # NodeClaims, read to follow each trigger's node.
-        rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch", "create"]),
-        rbac_rule(["karpenter.sh"], ["nodeclaims"], ["get", "list", "watch"]),
-    ]
-
-
 def _scheduler(opts: InstallOptions) -> list[Obj]:
     name = opts.scheduler_name
     meta = object_meta(opts, name, "scheduler")
-    lease_meta = object_meta(opts, f"{name}-leader-election", "scheduler")
-    subject = [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}]
-    # Leases are namespaced: a Role in the install's namespace, not a ClusterRole.
-    lease_rules = [
-        rbac_rule(["coordination.k8s.io"], ["leases"], ["create"]),
-        {
-            **rbac_rule(["coordination.k8s.io"], ["leases"], ["get", "update"]),
-            "resourceNames": [name],
-        },
-    ]
     pod_spec: Obj = {
         "serviceAccountName": name,
         "priorityClassName": "system-cluster-critical",
@@ -207,6 +174,7 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
                 "env": [
                     field_env("POD_NAME", "metadata.name"),
                     field_env("POD_NAMESPACE", "metadata.namespace"),
+                    field_env(POD_IP, "status.podIP"),
                 ],
                 "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
                 "livenessProbe": _probe("/healthz", "metrics", "HTTP", period=10, failures=3),
@@ -222,15 +190,8 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
         "affinity": _spread(opts, "scheduler"),
     }
     return [
-        *cluster_identity(opts, name, "scheduler", _scheduler_rules()),
-        {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": lease_meta, "rules": lease_rules},
-        {
-            "apiVersion": f"{RBAC}/v1",
-            "kind": "RoleBinding",
-            "metadata": lease_meta,
-            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": lease_meta["name"]},
-            "subjects": subject,
-        },
+        *scheduler_rbac(opts),
+        *([trigger_priority_class(opts)] if opts.autoscale else []),
         _deployment(opts, meta, "scheduler", opts.replicas, pod_spec),
         {
             "apiVersion": "v1",
@@ -263,6 +224,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
                 "name": "webhook",
                 "image": opts.image,
                 "args": webhook_args(opts),
+                "env": [field_env(POD_IP, "status.podIP")],
                 "ports": [{"name": "https", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}],
                 "livenessProbe": _probe("/healthz", "https", "HTTPS", period=10, failures=3),
                 "readinessProbe": _probe("/healthz", "https", "HTTPS", period=5, failures=2),
@@ -285,14 +247,8 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     client = service_client(opts.namespace, name, tls.ca_pem)
     config_meta = object_meta(opts, name, "webhook", namespaced=False)
     return [
-        # Its token lists Nodes (to place Workspaces) and nothing else.
-        *cluster_identity(
-            opts,
-            name,
-            "webhook",
-            # Nodes: where a new Workspace fits; Queues: who may use the queue a pod names.
-            [rbac_rule([""], ["nodes"], ["list"]), rbac_rule([GROUP], ["queues"], ["list"])],
-        ),
+        *cluster_identity(opts, name, "webhook", webhook_rules()),
+        *_webhook_pod_reader(opts, name),
         {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -317,7 +273,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
         configuration(
             "ValidatingWebhookConfiguration",
             config_meta,
-            validating_webhooks(client, opts.failure_policy),
+            validating_webhooks(client, opts.failure_policy, devices=opts.agent),
         ),
         configuration(
             "MutatingWebhookConfiguration",
@@ -325,6 +281,27 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
             mutating_webhooks(client, opts.failure_policy),
         ),
     ]
+
+
+def webhook_rules() -> list[Obj]:
+    """Nodes listed, to place Workspaces; Queues listed, to know who may use the queue a
+    pod names; SubjectAccessReviews, to ask whether the creator of a Workspace that fits
+    nowhere may see the cluster's node groups in the denial."""
+    return [
+        rbac_rule([""], ["nodes"], ["list"]),
+        rbac_rule([GROUP], ["queues"], ["list"]),
+        rbac_rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+    ]
+
+
+def _webhook_pod_reader(opts: InstallOptions, name: str) -> list[Obj]:
+    """With the agent: pods get in the install's namespace, where the agent pods run, to
+    learn which node the pod behind a Device write runs on."""
+    if not opts.agent:
+        return []
+    return namespaced_identity(opts, f"{name}-agent-pods", name, "webhook", [
+        rbac_rule([""], ["pods"], ["get"])
+    ])  # fmt: skip
 
 
 def _deployment(opts: InstallOptions, meta: Obj, component: str, replicas: int, pod: Obj) -> Obj:

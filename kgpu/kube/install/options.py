@@ -30,6 +30,11 @@ class InstallOptions:
     agent: bool = True
     agent_node_selector: str = "nvidia.com/gpu.present=true"
     agent_runtime_class: str = ""  # "" : the nodes' default runtime gives the agent NVML
+    workspaces: bool = True  # the Workspace controller in `kgpu run`, and its role
+    autoscale: bool = False  # trigger pods in the install's namespace, and their role
+    # Where the scheduler may write (bind, delete, patch pods; ConfigMaps; workloads):
+    # () is every namespace (docs/SECURITY.md)
+    tenant_namespaces: tuple[str, ...] = ()
 
     def check(self) -> None:
         # Both names end up as object names and label values: DNS-1123 labels, 63 at most
@@ -49,6 +54,11 @@ class InstallOptions:
             raise RenderError(
                 f'--webhook-failure-policy is "{self.failure_policy}", expected Ignore or Fail'
             )
+        for ns in self.tenant_namespaces:
+            if not _LABEL_NAME.fullmatch(ns) or len(ns) > 63:
+                raise RenderError(
+                    f'--tenant-namespaces names "{ns}", expected namespace names separated by ","'
+                )
         if self.replicas < 1:
             raise RenderError(f"--replicas is {self.replicas}, expected at least 1")
         if self.agent:
@@ -130,5 +140,23 @@ def cluster_identity(
             "metadata": cluster_meta,
             "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}],
+        },
+    ]
+
+
+def namespaced_identity(
+    opts: InstallOptions, role: str, account: str, component: str, rules: list[Obj]
+) -> list[Obj]:
+    """A Role ``role`` of ``rules`` in the install's namespace, bound to the ServiceAccount
+    ``account`` there."""
+    meta = object_meta(opts, role, component)
+    return [
+        {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": meta, "rules": rules},
+        {
+            "apiVersion": f"{RBAC}/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": opts.namespace}],
         },
     ]

@@ -7,6 +7,9 @@ cannot drift.
   queue its namespace may not use, nor a bound pod change its queue label; status writes go
   to ``pods/status``, which this rule does not match, so the kubelet's updates do not call
   the webhook), kgpu's and Volcano's Queues, PodGroups and Workspaces at CREATE and UPDATE.
+- Validating, with the node agent: kgpu.io Devices at CREATE, UPDATE and DELETE, and their
+  status, so that each agent writes its own node's Device only
+  (:mod:`kgpu.kube.admission.device_writer`), with ``failurePolicy: Fail`` always.
 - Mutating (``/mutate``): pods at CREATE, which get their GPU environment
   (:mod:`kgpu.kube.admission.pod_env`).
 
@@ -43,10 +46,13 @@ def url_client(base_url: str, ca_pem: bytes) -> ClientFor:
     return lambda path: {"url": base_url + path, "caBundle": b64(ca_pem)}
 
 
-def validating_webhooks(client_for: ClientFor, failure_policy: str) -> list[Obj]:
+def validating_webhooks(
+    client_for: ClientFor, failure_policy: str, *, devices: bool = False
+) -> list[Obj]:
+    """``devices``: the install's node agents write Devices, each its own node's only."""
     client = client_for(WEBHOOK_PATH)
     ops = ["CREATE", "UPDATE"]
-    return [
+    hooks = [
         {
             **_hook("pods.kgpu.io", client, failure_policy),
             "namespaceSelector": _skip(),
@@ -73,6 +79,18 @@ def validating_webhooks(client_for: ClientFor, failure_policy: str) -> list[Obj]
             "rules": [_rule(GROUP, VERSION, ops, "workspaces")],
         },
     ]
+    if devices:
+        hooks.append(
+            {
+                # Fail whatever the install's policy: only agents write Devices, and an
+                # agent refused while the webhook is down writes again next round; Ignore
+                # would let any node's agent rewrite every Device then.
+                **_hook("devices.kgpu.io", client, "Fail"),
+                "rules": [_rule(GROUP, VERSION, [*ops, "DELETE"], "devices"),
+                          _rule(GROUP, VERSION, ["UPDATE"], "devices/status")],
+            }
+        )  # fmt: skip
+    return hooks
 
 
 def mutating_webhooks(client_for: ClientFor, failure_policy: str) -> list[Obj]:

@@ -4,16 +4,26 @@
 problems otherwise: a probe restarts a process whose loop has stopped turning. ``/readyz``
 likewise with ``ready``. ``/metrics`` is whatever ``render`` returns, in Prometheus' text
 format.
+
+It binds ``host``: 127.0.0.1 for a workstation's ``kgpu run`` and ``kgpu agent``, the
+pod's IP in the install (``--metrics-address``), never every interface unless asked. Slow
+or half-sent requests are cut off (:mod:`kgpu.kube.api.http_serving`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from kgpu.kube.api.http_serving import (
+    DEADLINE_S,
+    MAX_CONNECTIONS,
+    BoundedServer,
+    DeadlineHandler,
+)
 
 Problems = Callable[[], list[str]]
 
@@ -31,12 +41,15 @@ class HealthServer:
         ready: Problems,
         *,
         live: Problems = _none,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         port: int = 10251,
+        deadline: float = DEADLINE_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         handler = _handler(render, ready, live)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = BoundedServer(
+            (host, port), handler, deadline=deadline, max_connections=max_connections
+        )
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True
@@ -51,10 +64,8 @@ class HealthServer:
         self._server.server_close()
 
 
-def _handler(
-    render: Callable[[], bytes], ready: Problems, live: Problems
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(render: Callable[[], bytes], ready: Problems, live: Problems) -> type[DeadlineHandler]:
+    class Handler(DeadlineHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":

@@ -78,7 +78,7 @@ class RunOptions:
     scheduler_name: str = "kgpu-scheduler"
     policy: str = "kgpu"
     metrics_port: int | None = 10251  # 0: any free port; None: no HTTP endpoint
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "127.0.0.1"  # the install gives the pod's IP
     leader_elect: bool = True
     lease_namespace: str = "kube-system"
     lease_name: str = ""  # default: the scheduler name

@@ -1,0 +1,189 @@
+"""What the scheduler's service account may do, one role per feature, each rendered only
+with the flag that turns the feature on (docs/SECURITY.md, "What each account may do").
+
+- ``<name>`` (ClusterRole, always): reading what a session reads, and the writes scheduling
+  itself makes in the pods' own namespaces: binding, deleting the victims of preemption
+  and reclaim, correcting a pod's device annotations to the GPUs the kubelet gave, Events,
+  and the status of Queues and PodGroups. No ``create`` of any pod anywhere.
+- ``<name>-shares`` (ClusterRole, with the webhook): the ConfigMap that carries a share's
+  GPU environment, written in the share's own namespace (a pod mounts ConfigMaps of its own
+  namespace only, so this cannot be a Role); ``get``/``update``/``patch`` cannot name the
+  ConfigMaps (``resourceNames`` takes no prefix), so ``--tenant-namespaces`` is what keeps
+  them out of kube-system.
+- ``<name>-workspaces`` (ClusterRole, with ``--workspaces``): the Workspace controller's
+  Services, Deployments, StatefulSets and LeaderWorkerSets, in each Workspace's namespace.
+- ``<name>-autoscale`` (ClusterRole, with ``--autoscale``): Karpenter's NodeClaims, read.
+  The trigger pods' PriorityClass is an object of the install, so the scheduler creates no
+  PriorityClass (its ``get`` finds it).
+- ``<name>-install`` (Role in the install's namespace, with the webhook or ``--autoscale``):
+  ``pods create/delete/patch`` for the reservation pods of shared GPUs and the trigger pods,
+  which both live there; the only namespace where the scheduler may create a pod.
+- ``<name>-leader-election`` (Role in the install's namespace): the Lease, by name.
+
+``--tenant-namespaces a,b`` binds the namespaced writes (``<name>-tenant``: pods delete and
+patch, pods/binding; with ``-shares`` and ``-workspaces``) by a RoleBinding in each listed
+namespace instead of cluster-wide, so nothing kgpu may write reaches kube-system or any
+namespace not listed; reads stay cluster-wide (a session sees the whole cluster).
+"""
+
+from __future__ import annotations
+
+from kgpu.kube.install.crds import GROUP
+from kgpu.kube.install.options import RBAC, InstallOptions, Obj, object_meta, rbac_rule
+
+# The trigger pods' PriorityClass (kgpu.kube.scaling.trigger_pods.TriggerPodConfig's
+# defaults; a test holds the two together): below every real pod, never preempting.
+TRIGGER_PRIORITY_CLASS = "kgpu-autoscale-trigger"
+TRIGGER_PRIORITY = -5
+
+
+def read_rules() -> list[Obj]:
+    """What a session reads, cluster-wide (it must see every pod and node)."""
+    crs = ["queues", "podgroups", "devices", "workspaces"]
+    return [
+        rbac_rule([""], ["pods"], ["get", "list", "watch"]),
+        rbac_rule([""], ["nodes"], ["get", "list", "watch"]),
+        rbac_rule([GROUP], crs, ["get", "list", "watch"]),
+        # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job; get:
+        # whether the trigger pods' class exists.
+        rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch"]),
+        # Events about nodes go to "default", about pods to theirs: any namespace.
+        # patch: client-go's way of counting repeats.
+        rbac_rule([""], ["events"], ["create", "patch"]),
+        # Cluster-scoped objects, whose status the scheduler reports.
+        rbac_rule([GROUP], ["queues/status"], ["update", "patch"]),
+    ]
+
+
+def tenant_rules() -> list[Obj]:
+    """Writes to pods in their own namespaces: bind; delete the victims of preemption and
+    reclaim; patch the device annotations of a pod the kubelet gave other GPUs. PodGroups
+    live with their pods, so their status is written there too."""
+    return [
+        rbac_rule([""], ["pods"], ["delete", "patch"]),
+        rbac_rule([""], ["pods/binding"], ["create"]),
+        rbac_rule([GROUP], ["podgroups/status"], ["update", "patch"]),
+    ]
+
+
+def shares_rules() -> list[Obj]:
+    """A share's GPU environment (kgpu.kube.objects.gpu_env), in the share's namespace."""
+    return [rbac_rule([""], ["configmaps"], ["get", "create", "update", "patch"])]
+
+
+def workspace_rules() -> list[Obj]:
+    """The Workspace controller: it finds a workspace's workload by listing with a label
+    selector, creates what is missing, patches replicas to scale, deletes the StatefulSets
+    of replicas scaled away, and patches the Workspace's status. Whether the LeaderWorkerSet
+    CRD is installed it learns by listing LeaderWorkerSets."""
+    return [
+        rbac_rule([GROUP], ["workspaces/status"], ["patch"]),
+        # The workload's owner reference blocks the Workspace's deletion until it is gone;
+        # where OwnerReferencesPermissionEnforcement is on, that takes update on finalizers.
+        rbac_rule([GROUP], ["workspaces/finalizers"], ["update"]),
+        rbac_rule([""], ["services"], ["list", "create"]),
+        rbac_rule(["apps"], ["deployments"], ["list", "create", "patch"]),
+        rbac_rule(["apps"], ["statefulsets"], ["list", "create", "patch", "delete"]),
+        rbac_rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], ["list", "create", "patch"]),
+    ]
+
+
+def install_namespace_rules() -> list[Obj]:
+    """Reservation pods (shares) and trigger pods (``--autoscale``): made, moved to another
+    minor, and deleted, in the install's namespace only."""
+    return [rbac_rule([""], ["pods"], ["create", "delete", "patch"])]
+
+
+def autoscale_rules() -> list[Obj]:
+    """Karpenter's NodeClaims, read to follow each trigger's node."""
+    return [rbac_rule(["karpenter.sh"], ["nodeclaims"], ["get", "list", "watch"])]
+
+
+def scheduler_rbac(opts: InstallOptions) -> list[Obj]:
+    """The scheduler's ServiceAccount and every role and binding it holds."""
+    name = opts.scheduler_name
+    sa = {"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}
+    objects: list[Obj] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": object_meta(opts, name, "scheduler"),
+        }
+    ]
+    cluster: list[tuple[str, list[Obj]]] = [("", read_rules())]
+    if opts.autoscale:
+        cluster.append(("autoscale", autoscale_rules()))
+    namespaced: list[tuple[str, list[Obj]]] = [("tenant", tenant_rules())]
+    if opts.webhook:
+        namespaced.append(("shares", shares_rules()))
+    if opts.workspaces:
+        namespaced.append(("workspaces", workspace_rules()))
+    for suffix, rules in cluster:
+        role = f"{name}-{suffix}" if suffix else name
+        objects.append(_role("ClusterRole", opts, role, None, rules))
+        objects.append(_binding("ClusterRoleBinding", opts, role, None, "ClusterRole", sa))
+    for suffix, rules in namespaced:
+        role = f"{name}-{suffix}"
+        objects.append(_role("ClusterRole", opts, role, None, rules))
+        # A ClusterRole bound by RoleBindings grants its rules in those namespaces only.
+        where: tuple[str | None, ...] = opts.tenant_namespaces or (None,)
+        for ns in where:
+            kind = "RoleBinding" if ns else "ClusterRoleBinding"
+            objects.append(_binding(kind, opts, role, ns, "ClusterRole", sa))
+    local: list[tuple[str, list[Obj]]] = [("leader-election", _lease_rules(name))]
+    if opts.webhook or opts.autoscale:
+        local.append(("install", install_namespace_rules()))
+    for suffix, rules in local:
+        role = f"{name}-{suffix}"
+        objects.append(_role("Role", opts, role, opts.namespace, rules))
+        objects.append(_binding("RoleBinding", opts, role, opts.namespace, "Role", sa))
+    return objects
+
+
+def _lease_rules(name: str) -> list[Obj]:
+    # create cannot name its object (the name is in the body); get and update can.
+    return [
+        rbac_rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        {
+            **rbac_rule(["coordination.k8s.io"], ["leases"], ["get", "update"]),
+            "resourceNames": [name],
+        },
+    ]
+
+
+def trigger_priority_class(opts: InstallOptions) -> Obj:
+    """The PriorityClass of ``--autoscale``'s trigger pods, installed with the rest."""
+    meta = object_meta(opts, TRIGGER_PRIORITY_CLASS, "scheduler", namespaced=False)
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": meta,
+        "value": TRIGGER_PRIORITY,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "kgpu autoscale trigger pods: below all real work, never preempting",
+    }
+
+
+def _role(
+    kind: str, opts: InstallOptions, name: str, namespace: str | None, rules: list[Obj]
+) -> Obj:
+    meta = object_meta(opts, name, "scheduler", namespaced=namespace is not None)
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return {"apiVersion": f"{RBAC}/v1", "kind": kind, "metadata": meta, "rules": rules}
+
+
+def _binding(
+    kind: str, opts: InstallOptions, role: str, namespace: str | None, role_kind: str, subject: Obj
+) -> Obj:
+    meta = object_meta(opts, role, "scheduler", namespaced=namespace is not None)
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": kind,
+        "metadata": meta,
+        "roleRef": {"apiGroup": RBAC, "kind": role_kind, "name": role},
+        "subjects": [subject],
+    }
