@@ -285,3 +285,13 @@ def test_replicas_of_a_shared_gpu_are_read_and_each_replica_is_one_pod_s() -> No
         assert any(part in r for r in devices.refused), part
     assert devices.gpu_slots_of(("GPU-1::2",), replicas=True) == (1,)
     assert devices.gpu_slots_of(("GPU-1::2",)) is None
+
+
+def test_annotations_nested_too_deep_are_refused_not_a_crash() -> None:
+    deep = "[" * 50_000 + "]" * 50_000
+    devices = devices_from_k8s(with_checkpoints(deep))
+    assert devices.checkpoints == ()
+    assert devices.refused[0].startswith('Device n: annotation kgpu.io/devices-checkpoints is "[[[')
+    with pytest.raises(ConversionError) as caught:
+        devices_from_k8s(device_cr(gpu(0), **{"kgpu.io/gpu-topology": deep}))
+    assert "(nested 50000 deep, at most 32)" in str(caught.value)

@@ -18,11 +18,16 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
+from kgpu.model.json_text import read_json
+
 DEFAULT_CHECKPOINT: Final = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
 # Where the kubelet serves its pod-resources API (kgpu.agent.pod_resources_client), which
 # says the same as the file, and is preferred to it where it is there.
 DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 _PREFIX: Final = "nvidia.com/"
+# The file carries each container's Allocate answer: a few KiB per pod, on a node that runs
+# at most a few hundred.
+MAX_FILE_CHARS: Final = 64 * 1024 * 1024
 MAX_REGISTERED: Final = 4096  # devices of one resource: far more than a node holds
 
 
@@ -39,7 +44,7 @@ def _load(path: Path) -> dict[str, Any] | None:
     except OSError as exc:
         raise CheckpointError(f"kubelet checkpoint {path}: cannot be read: {exc}") from exc
     try:
-        data = json.loads(text)
+        data = read_json(text, max_chars=MAX_FILE_CHARS)
     except ValueError as exc:
         raise CheckpointError(f"kubelet checkpoint {path}: is not JSON ({exc})") from exc
     found = data.get("Data") if isinstance(data, dict) else None

@@ -28,7 +28,6 @@ give a coarser one.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from collections.abc import Mapping
 from typing import Any, Final
@@ -36,6 +35,7 @@ from typing import Any, Final
 from kgpu.kube.objects.fields import MISSING, ConversionError, Fields, show
 from kgpu.kube.objects.gpu_dialects import MPS_RESOURCE
 from kgpu.model.devices import Checkpoint, Device, NodeDevices
+from kgpu.model.json_text import OutOfBounds, read_json
 from kgpu.model.topology import LINK_KINDS, GpuLinks, link_rank, links_from_peers
 from kgpu.model.units import MIB
 
@@ -68,7 +68,9 @@ def links_annotation(fields: Fields, text: str, field: str = "") -> GpuLinks:
     """The matrix of ``kgpu.io/gpu-topology``; ``fields`` names the object in errors."""
     field = field or f"annotation {TOPOLOGY_ANNOTATION}"
     try:
-        data = json.loads(text)
+        data = read_json(text)
+    except OutOfBounds as exc:
+        raise fields.fail(field, text, f"{_MATRIX} ({exc})") from None
     except ValueError:
         raise fields.fail(field, text, _MATRIX) from None
     if isinstance(data, dict):
@@ -186,9 +188,8 @@ def _checkpoints(
             continue
         field = f"annotation {key}"
         data: object = None
-        if len(text) <= MAX_CHECKPOINT_TEXT:
-            with contextlib.suppress(ValueError):
-                data = json.loads(text)
+        with contextlib.suppress(ValueError):  # too long, too deep or not JSON: refused below
+            data = read_json(text, max_chars=MAX_CHECKPOINT_TEXT)
         if not isinstance(data, list):
             shown = text if len(text) <= 200 else f"{text[:200]}… ({len(text)} characters)"
             refused.append(str(fields.fail(field, shown, _CHECKPOINTS)))
