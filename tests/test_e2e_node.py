@@ -181,14 +181,21 @@ ASKED = {"one": 1, "two": 2, "three": 1}  # the node's four GPUs
 
 def _filled(workspace: NodeWorkspace) -> dict[str, list[str]]:
     """The device ids each container of the running pods of ASKED saw, checked against
-    kgpu's books: as many GPUs as asked, whole, none of them twice."""
+    kgpu's books: as many GPUs as asked, whole, none of them twice. Where the kubelet chose
+    other GPUs, kgpu corrects the pods' annotations by one patch each, all in one session:
+    until the last has landed two annotations may name one GPU, so this waits for them."""
+
+    def each_gpu_once() -> bool:
+        use = gpu_use(list(workspace.pods().values()))
+        return sorted(use) == [(workspace.node.name, m) for m in range(GPUS)] and set(
+            use.values()
+        ) == {1000}
+
+    wait_until(each_gpu_once, timeout=30, every=0.5)
     pods = workspace.pods()
     for name, gpus in ASKED.items():
         node, minors, milli = allocation_of(pods[name])
         assert (node, len(minors), milli) == (workspace.node.name, gpus, 1000), name
-    use = gpu_use(list(pods.values()))
-    assert sorted(minor for _, minor in use) == list(range(GPUS))
-    assert set(use.values()) == {1000}
     seen = {name: workspace.visible(name) for name in ASKED}
     _assert_none_seen_twice(seen)
     return seen
