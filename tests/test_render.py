@@ -71,6 +71,8 @@ def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> No
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "Secret",
         "Service",
         "Deployment",
@@ -183,6 +185,23 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
             "verbs": ["get", "update"],
             "resourceNames": ["kgpu-scheduler"],
         },
+        # The record key: made at the first start, then read back, that Secret only.
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get"],
+            "resourceNames": ["kgpu-scheduler-record-key"],
+        },
+    ]
+    [webhook_key] = [r for r in by_kind(install, "Role") if "webhook" in r["metadata"]["name"]]
+    assert webhook_key["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get"],
+            "resourceNames": ["kgpu-scheduler-record-key"],
+        }
     ]
     for kind in ("ClusterRole", "Role"):
         for rule in by_kind(install, kind)[0]["rules"]:

@@ -107,6 +107,12 @@ def manifests(
 @click.option("--key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
 @click.option(
+    "--record-key",
+    default="",
+    help="NAMESPACE/NAME of the Secret whose key signs kgpu's records on pods (kgpu run "
+    "makes it); default: kgpu-system/SCHEDULER_NAME-record-key",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
@@ -127,6 +133,7 @@ def webhook(
     cert: Path | None,
     key: Path | None,
     scheduler_name: str,
+    record_key: str,
     kubeconfig: str | None,
     on_nodes_unavailable: str,
 ) -> None:
@@ -144,6 +151,7 @@ def webhook(
     from kgpu.kube.api.listed import Listed, webhook_client
     from kgpu.kube.api.resource_types import QUEUES, WEBHOOK_PATH
     from kgpu.kube.install.webhook_certs import generate_tls
+    from kgpu.kube.live.record_key import KeyReader, default_secret, split
     from kgpu.kube.workspaces.node_source import ListedNodes
 
     if (cert is None) != (key is None):
@@ -154,6 +162,11 @@ def webhook(
     except KubeError as exc:
         raise click.ClickException(f"{exc} (needed to place Workspaces)") from exc
     nodes, queues = ListedNodes(client), Listed(client, QUEUES)
+    secret = record_key or default_secret(scheduler_name)
+    try:
+        split(secret)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     workspaces = WorkspaceNodes(nodes, deny_when_unavailable=on_nodes_unavailable == "deny")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if cert is None or key is None:
@@ -167,7 +180,12 @@ def webhook(
         click.echo(f"no --cert/--key: a throwaway certificate; its CA is {folder / 'ca.crt'}")
     try:
         server = WebhookServer(
-            (address, port), tls_context(cert, key), scheduler_name, workspaces, queues
+            (address, port),
+            tls_context(cert, key),
+            scheduler_name,
+            workspaces,
+            queues,
+            KeyReader(client, secret),
         )
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot serve on {address}:{port}: {exc}") from exc
@@ -233,6 +251,12 @@ def explain(
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--namespace-for-lease", default="kube-system", show_default=True)
 @click.option(
+    "--record-key",
+    default="",
+    help="NAMESPACE/NAME of the Secret whose key signs kgpu's records on pods, made at start "
+    "if absent; default: kgpu-system/SCHEDULER_NAME-record-key",
+)
+@click.option(
     "--autoscale/--no-autoscale",
     default=False,
     show_default=True,
@@ -296,6 +320,7 @@ def run_scheduler(
     metrics_port: int,
     leader_elect: bool,
     namespace_for_lease: str,
+    record_key: str,
     autoscale: bool,
     nodepool: Path | None,
     gpu_memory_to_fraction_ratio: float,
@@ -319,6 +344,7 @@ def run_scheduler(
     from kgpu.cli.workstation import WorkstationWebhook
     from kgpu.config import load_profile
     from kgpu.kube.api.errors import KubeError
+    from kgpu.kube.install.workstation import ensure_namespace
     from kgpu.kube.live.loop import LoopConfig
     from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
     from kgpu.kube.scaling.karpenter_objects import NodePoolError
@@ -353,6 +379,8 @@ def run_scheduler(
                 metrics_port=metrics_port,
                 leader_elect=leader_elect,
                 lease_namespace=namespace_for_lease,
+                record_key=record_key,
+                make_namespace=ensure_namespace if serve_webhook else None,
                 autoscale=scaling,
                 workspaces=WorkspaceRunOptions() if workspaces else None,
                 loop=LoopConfig(
@@ -361,13 +389,17 @@ def run_scheduler(
                     reservations=reservation_config(**shares),
                 ),
                 companions=(
-                    (WorkstationWebhook(scheduler_name, webhook_port, webhook_host),)
+                    (
+                        WorkstationWebhook(
+                            scheduler_name, webhook_port, webhook_host, record_key=record_key
+                        ),
+                    )
                     if serve_webhook
                     else ()
                 ),
             )
         )
-    except (ProfileError, NodePoolError, KubeError, OSError) as exc:
+    except (ProfileError, NodePoolError, KubeError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -29,6 +29,7 @@ from kgpu.kube.api.listed import Listed
 from kgpu.kube.api.resource_types import QUEUES
 from kgpu.kube.install.webhook_certs import generate_tls
 from kgpu.kube.install.workstation import register, unregister
+from kgpu.kube.live.record_key import KeyReader, default_secret
 from kgpu.kube.workspaces.node_source import ListedNodes
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class WorkstationWebhook:
     port: int = DEFAULT_PORT  # 0: any free port (tests)
     host: str = ""  # "": route_address of the API server
     bind: str = BIND_ADDRESS
+    record_key: str = ""  # NAMESPACE/NAME of kgpu run's record key; "": its default
     server: WebhookServer | None = field(default=None, init=False)
     url: str = field(default="", init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
@@ -84,6 +86,8 @@ class WorkstationWebhook:
             self.scheduler_name,
             WorkspaceNodes(ListedNodes(client)),
             Listed(client, QUEUES),
+            # The key kgpu run made (or found) before its companions start.
+            KeyReader(client, self.record_key or default_secret(self.scheduler_name)),
         )
         self._thread = self.server.start_background()
         self.url = base_url(host, self.server.port)

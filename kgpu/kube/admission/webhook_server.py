@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from kgpu.kube.admission.pod_env import mutate
 from kgpu.kube.admission.queue_fence import QueueSource
+from kgpu.kube.admission.record_guard import KeySource
 from kgpu.kube.admission.review import ReviewError, WorkspaceNodes, review
 from kgpu.kube.api.resource_types import MUTATE_PATH, WEBHOOK_PATH
 
@@ -56,11 +57,13 @@ class WebhookServer(ThreadingHTTPServer):
         scheduler_name: str,
         workspaces: WorkspaceNodes | None = None,
         queues: QueueSource | None = None,
+        record_key: KeySource = lambda: None,
     ) -> None:
         super().__init__(address, _Handler)
         self.scheduler_name = scheduler_name
         self.workspaces = workspaces
         self.queues = queues
+        self.record_key = record_key  # checks kgpu's own changes to its records on pods
         self.socket = context.wrap_socket(
             self.socket, server_side=True, do_handshake_on_connect=False
         )
@@ -112,7 +115,13 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = mutate(request, self.server.scheduler_name)
             else:
                 server = self.server
-                answer = review(request, server.scheduler_name, server.workspaces, server.queues)
+                answer = review(
+                    request,
+                    server.scheduler_name,
+                    server.workspaces,
+                    server.queues,
+                    server.record_key,
+                )
         except (ValueError, ReviewError) as exc:  # JSONDecodeError is a ValueError
             message = str(exc) if isinstance(exc, ReviewError) else "body is not JSON"
             self._send(HTTPStatus.BAD_REQUEST, f"{message}\n".encode(), "text/plain")

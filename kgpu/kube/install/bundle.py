@@ -77,9 +77,17 @@ def scheduler_args(opts: InstallOptions) -> list[str]:
         f"--scheduler-name={opts.scheduler_name}",
         "--leader-elect",
         f"--namespace-for-lease={opts.namespace}",
+        f"--record-key={record_secret(opts)}",
         f"--metrics-port={METRICS_PORT}",
         f"--reservation-namespace={opts.namespace}" if opts.webhook else "--no-confine-shares",
     ]
+
+
+def record_secret(opts: InstallOptions) -> str:
+    """The Secret with the key that signs kgpu's records on pods: in the install's
+    namespace, made by the scheduler at its first start, kept across re-renders (a new key
+    would make every record written so far untrusted)."""
+    return f"{opts.namespace}/{opts.scheduler_name}-record-key"
 
 
 def webhook_args(opts: InstallOptions) -> list[str]:
@@ -92,6 +100,7 @@ def webhook_args(opts: InstallOptions) -> list[str]:
         f"--cert={TLS_DIR}/tls.crt",
         f"--key={TLS_DIR}/tls.key",
         f"--scheduler-name={opts.scheduler_name}",
+        f"--record-key={record_secret(opts)}",
         f"--on-nodes-unavailable={unavailable}",
     ]
 
@@ -194,6 +203,10 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
             **rbac_rule(["coordination.k8s.io"], ["leases"], ["get", "update"]),
             "resourceNames": [name],
         },
+        # The record key (kgpu.kube.live.record_key): made at the first start, read after.
+        # create cannot be limited by name (the name is not known to RBAC before the object).
+        rbac_rule([""], ["secrets"], ["create"]),
+        {**rbac_rule([""], ["secrets"], ["get"]), "resourceNames": [f"{name}-record-key"]},
     ]
     pod_spec: Obj = {
         "serviceAccountName": name,
@@ -293,6 +306,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
             # Nodes: where a new Workspace fits; Queues: who may use the queue a pod names.
             [rbac_rule([""], ["nodes"], ["list"]), rbac_rule([GROUP], ["queues"], ["list"])],
         ),
+        *_key_reader(opts, name),
         {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -324,6 +338,25 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
             config_meta,
             mutating_webhooks(client, opts.failure_policy),
         ),
+    ]
+
+
+def _key_reader(opts: InstallOptions, name: str) -> list[Obj]:
+    """The webhook's Role: read the record key (it checks kgpu's own changes to its records
+    on pods against it), that one Secret only."""
+    meta = object_meta(opts, f"{name}-record-key", "webhook")
+    key = record_secret(opts).split("/", 1)[1]
+    rules = [{**rbac_rule([""], ["secrets"], ["get"]), "resourceNames": [key]}]
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}]
+    return [
+        {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": meta, "rules": rules},
+        {
+            "apiVersion": f"{RBAC}/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": meta["name"]},
+            "subjects": subject,
+        },
     ]
 
 

@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
+import logging
 import secrets
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
-from kgpu.kube.api.resource_types import NAMESPACES, SECRETS
+from kgpu.kube.api.resource_types import SECRETS
 from kgpu.kube.objects.record_signature import KEY_BYTES, RecordKey
 
+log = logging.getLogger(__name__)
+
 DATA_KEY: Final = "key"
+RETRY_S: Final = 10.0  # how often the webhook tries again to read a key it could not
 
 
 def default_secret(scheduler_name: str, namespace: str = "kgpu-system") -> str:
@@ -45,18 +50,19 @@ def read_key(client: KubeClient, where: str) -> RecordKey:
     return _key_of(client.get(SECRETS, name, namespace), where)
 
 
-def ensure_key(client: KubeClient, where: str) -> RecordKey:
-    """The key in the Secret ``where``, made first if there is none (and its namespace,
-    outside the cluster where nothing made it); two schedulers starting at once both end
-    with the one that was created first."""
+def ensure_key(
+    client: KubeClient,
+    where: str,
+    make_namespace: Callable[[KubeClient, str], None] | None = None,
+) -> RecordKey:
+    """The key in the Secret ``where``, made first if there is none (and its namespace by
+    ``make_namespace``, outside the cluster where nothing made it); two schedulers starting
+    at once both end with the one that was created first."""
     namespace, name = split(where)
     try:
         return read_key(client, where)
     except NotFound:
         pass
-    # There already, or not ours to create: the Secret's create then says which.
-    with contextlib.suppress(KubeError):
-        client.create(NAMESPACES, {"metadata": {"name": namespace}})
     secret = base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode()
     body = {
         "apiVersion": "v1",
@@ -66,9 +72,16 @@ def ensure_key(client: KubeClient, where: str) -> RecordKey:
         "data": {DATA_KEY: secret},
     }
     try:
-        return _key_of(client.create(SECRETS, body, namespace), where)
+        try:
+            made = client.create(SECRETS, body, namespace)
+        except NotFound:  # no namespace yet: a workstation run makes it as registration does
+            if make_namespace is None:
+                raise
+            make_namespace(client, namespace)
+            made = client.create(SECRETS, body, namespace)
     except Conflict:  # another scheduler made it first: use that one
         return read_key(client, where)
+    return _key_of(made, where)
 
 
 def _key_of(secret: Mapping[str, Any], where: str) -> RecordKey:
@@ -84,3 +97,26 @@ def _key_of(secret: Mapping[str, Any], where: str) -> RecordKey:
             "expected the key kgpu run made (delete the Secret to have a new one made)"
         )
     return RecordKey(raw)
+
+
+class KeyReader:
+    """The webhook's view of the key: read at first need, kept once read, and while it
+    cannot be read (not made yet: the scheduler makes it at start), tried again at most
+    every ``retry_s``; None meanwhile."""
+
+    def __init__(self, client: KubeClient, where: str, retry_s: float = RETRY_S) -> None:
+        self.client, self.where, self.retry_s = client, where, retry_s
+        self._lock = threading.Lock()
+        self._key: RecordKey | None = None
+        self._next = 0.0
+
+    def __call__(self) -> RecordKey | None:
+        with self._lock:
+            now = time.monotonic()
+            if self._key is None and now >= self._next:
+                self._next = now + self.retry_s
+                try:
+                    self._key = read_key(self.client, self.where)
+                except KubeError as exc:
+                    log.warning("record key Secret %s not read: %s", self.where, exc)
+            return self._key

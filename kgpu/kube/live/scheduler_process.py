@@ -25,6 +25,7 @@ import logging
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -96,6 +97,9 @@ class RunOptions:
     # NAMESPACE/NAME of the Secret with the key that signs kgpu's records on pods (made at
     # start if absent); "": kgpu-system/SCHEDULER-record-key.
     record_key: str = ""
+    # Makes the record key's namespace where it is missing (a workstation run); None: the
+    # install made it.
+    make_namespace: Callable[[KubeClient, str], None] | None = None
 
 
 class RunningScheduler:
@@ -147,7 +151,7 @@ class RunningScheduler:
         )
         elector = self.elector
         secret = options.record_key or default_secret(config.scheduler_name)
-        self.record_key = ensure_key(self.client, secret)
+        self.record_key = ensure_key(self.client, secret, options.make_namespace)
         self.loop = SchedulerLoop(
             self.client,
             self.nodes,
