@@ -11,28 +11,29 @@ untrusted: the pods are then accounted as pods with no record, each with a Warni
 from __future__ import annotations
 
 import base64
-import binascii
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.resource_types import SECRETS
-from kgpu.kube.objects.record_signature import KEY_BYTES, RecordKey
+from kgpu.kube.objects.record_signature import (
+    DATA_KEY,
+    KEY_BYTES,
+    RecordKey,
+    default_secret,
+    key_of_secret,
+)
+
+__all__ = ["DATA_KEY", "KeyReader", "default_secret", "ensure_key", "read_key", "split"]
 
 log = logging.getLogger(__name__)
 
-DATA_KEY: Final = "key"
 RETRY_S: Final = 10.0  # how often the webhook tries again to read a key it could not
-
-
-def default_secret(scheduler_name: str, namespace: str = "kgpu-system") -> str:
-    """``NAMESPACE/NAME`` of a scheduler's key Secret where no option names it."""
-    return f"{namespace}/{scheduler_name}-record-key"
 
 
 def split(where: str) -> tuple[str, str]:
@@ -47,7 +48,7 @@ def read_key(client: KubeClient, where: str) -> RecordKey:
     """The key in the Secret ``where``; NotFound if there is none; KubeError if it holds
     no usable key (the message names the Secret, the field and what was expected)."""
     namespace, name = split(where)
-    return _key_of(client.get(SECRETS, name, namespace), where)
+    return key_of_secret(client.get(SECRETS, name, namespace), where)
 
 
 def ensure_key(
@@ -81,22 +82,7 @@ def ensure_key(
             made = client.create(SECRETS, body, namespace)
     except Conflict:  # another scheduler made it first: use that one
         return read_key(client, where)
-    return _key_of(made, where)
-
-
-def _key_of(secret: Mapping[str, Any], where: str) -> RecordKey:
-    data = secret.get("data")
-    text = data.get(DATA_KEY) if isinstance(data, Mapping) else None
-    try:
-        raw = base64.b64decode(str(text), validate=True) if isinstance(text, str) else b""
-    except (binascii.Error, ValueError):
-        raw = b""
-    if len(raw) < KEY_BYTES:
-        raise KubeError(
-            f"Secret {where}: data.{DATA_KEY} is not {KEY_BYTES} or more base64-encoded bytes; "
-            "expected the key kgpu run made (delete the Secret to have a new one made)"
-        )
-    return RecordKey(raw)
+    return key_of_secret(made, where)
 
 
 class KeyReader:

@@ -18,12 +18,15 @@ The UID and node in the signed text mean a record cannot be copied: not onto ano
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.resource_types import meta
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, VISIBLE_DEVICES_ANNOTATION
 from kgpu.kube.objects.queue_tenancy import ADMITTED_QUEUE_ANNOTATION
@@ -34,6 +37,28 @@ SIGNED: Final = (ALLOCATION_ANNOTATION, VISIBLE_DEVICES_ANNOTATION, ADMITTED_QUE
 # Annotations only kgpu writes on a pod: the signed records and the signature itself.
 RECORDS: Final = (*SIGNED, SIGNATURE_ANNOTATION)
 KEY_BYTES: Final = 32  # HMAC-SHA256's block-size-safe key length; what kgpu makes
+DATA_KEY: Final = "key"  # the field of the key's Secret that holds it, base64-encoded
+
+
+def default_secret(scheduler_name: str, namespace: str = "kgpu-system") -> str:
+    """``NAMESPACE/NAME`` of a scheduler's key Secret where no option names it."""
+    return f"{namespace}/{scheduler_name}-record-key"
+
+
+def key_of_secret(secret: Mapping[str, Any], where: str) -> RecordKey:
+    """The key a Secret holds; KubeError naming the Secret, field and what was expected."""
+    data = secret.get("data")
+    text = data.get(DATA_KEY) if isinstance(data, Mapping) else None
+    try:
+        raw = base64.b64decode(str(text), validate=True) if isinstance(text, str) else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) < KEY_BYTES:
+        raise KubeError(
+            f"Secret {where}: data.{DATA_KEY} is not {KEY_BYTES} or more base64-encoded bytes; "
+            "expected the key kgpu run made (delete the Secret to have a new one made)"
+        )
+    return RecordKey(raw)
 
 
 @dataclass(frozen=True, slots=True)
