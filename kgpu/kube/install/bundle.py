@@ -236,14 +236,7 @@ def _scheduler(opts: InstallOptions) -> list[Obj]:
     }
     return [
         *cluster_identity(opts, name, "scheduler", _scheduler_rules()),
-        {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": lease_meta, "rules": lease_rules},
-        {
-            "apiVersion": f"{RBAC}/v1",
-            "kind": "RoleBinding",
-            "metadata": lease_meta,
-            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": lease_meta["name"]},
-            "subjects": subject,
-        },
+        *_role(lease_meta, lease_rules, subject),
         _deployment(opts, meta, "scheduler", opts.replicas, pod_spec),
         {
             "apiVersion": "v1",
@@ -348,6 +341,11 @@ def _key_reader(opts: InstallOptions, name: str) -> list[Obj]:
     key = record_secret(opts).split("/", 1)[1]
     rules = [{**rbac_rule([""], ["secrets"], ["get"]), "resourceNames": [key]}]
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}]
+    return _role(meta, rules, subject)
+
+
+def _role(meta: Obj, rules: list[Obj], subjects: list[Obj]) -> list[Obj]:
+    """A Role and the RoleBinding that gives it to ``subjects``, both named by ``meta``."""
     return [
         {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": meta, "rules": rules},
         {
@@ -355,7 +353,7 @@ def _key_reader(opts: InstallOptions, name: str) -> list[Obj]:
             "kind": "RoleBinding",
             "metadata": meta,
             "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": meta["name"]},
-            "subjects": subject,
+            "subjects": subjects,
         },
     ]
 
