@@ -380,7 +380,8 @@ def run_scheduler(
                 leader_elect=leader_elect,
                 lease_namespace=namespace_for_lease,
                 record_key=record_key,
-                make_namespace=ensure_namespace if serve_webhook else None,
+                # Outside the cluster nothing may have made kgpu's namespace yet.
+                make_namespace=ensure_namespace,
                 autoscale=scaling,
                 workspaces=WorkspaceRunOptions() if workspaces else None,
                 loop=LoopConfig(
