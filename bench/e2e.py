@@ -39,6 +39,7 @@ from kgpu import core_build
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.resource_types import NODES, PODS, Resource
+from kgpu.kube.install.workstation import ensure_namespace
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
 
@@ -223,6 +224,7 @@ def measure(
         lease_name=f"kgpu-bench-{tag}",
         loop=LoopConfig(scheduler_name=SCHEDULER, bind_workers=opts.workers, batch_size=opts.batch),
         event_workers=opts.event_workers,
+        make_namespace=ensure_namespace,  # the record key's, where nothing made it
     )
     running = RunningScheduler(options)
     started = time.perf_counter()

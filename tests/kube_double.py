@@ -60,6 +60,7 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
     ("", "events"): (True, "Event", "v1"),
     ("", "namespaces"): (False, "Namespace", "v1"),
     ("", "configmaps"): (True, "ConfigMap", "v1"),
+    ("", "secrets"): (True, "Secret", "v1"),
     ("coordination.k8s.io", "leases"): (True, "Lease", "coordination.k8s.io/v1"),
     ("kgpu.io", "queues"): (False, "Queue", "kgpu.io/v1alpha1"),
     ("kgpu.io", "podgroups"): (True, "PodGroup", "kgpu.io/v1alpha1"),

@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kgpu.kube.live.record_key import DATA_KEY, default_secret, split
+from kgpu.kube.objects.record_signature import RecordKey
+
+if TYPE_CHECKING:
+    from tests.kube_double import KubeDouble
 
 SCHEDULER = "kgpu-scheduler"
+# The key kgpu run finds in the double when a test signed a record before any started.
+TEST_KEY = RecordKey(bytes(range(32)))
+
+
+def signed(double: KubeDouble, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` (a bound pod) with its records signed as kgpu would have signed them as it
+    bound it: a pod kgpu placed before a restart. The double is given the key's Secret."""
+    namespace, name = split(default_secret(SCHEDULER))
+    secret = double.get("secrets", name, namespace)
+    if secret is None:  # a scheduler started before made its own
+        data = {DATA_KEY: base64.b64encode(TEST_KEY.secret).decode()}
+        meta = {"name": name, "namespace": namespace}
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": data}
+        double.put(secret)
+    key = RecordKey(base64.b64decode(secret["data"][DATA_KEY]))
+    m = obj["metadata"]
+    m.setdefault("uid", str(uuid.uuid4()))
+    notes = m.setdefault("annotations", {})
+    notes.update(key.signed(m["uid"], obj["spec"]["nodeName"], notes))
+    return obj
 
 
 def node_obj(

@@ -345,10 +345,17 @@ def test_the_real_server_denies_a_malformed_pod_with_our_message(api: Any, webho
             created = request(api, "POST", pods, pod(name, annotations, scheduler))
             admitted.append(name)
             assert created["metadata"]["annotations"] == annotations
-        # The pods webhook is registered for CREATE only (see kgpu.kube.install.bundle), so the
-        # scheduler's own annotation patches never wait on it.
+        # Pods are reviewed on UPDATE too: an unsigned write of kgpu's record is denied
+        # (kgpu.kube.admission.record_guard); the pod's own annotations may change.
+        from kubernetes.client.exceptions import ApiException
+
         patch = {"metadata": {"annotations": {"kgpu.io/device-allocation": '{"gpu": []}'}}}
-        _merge_patch(api, f"{pods}/good-{RUN}", patch)
+        with pytest.raises(ApiException) as denied:
+            _merge_patch(api, f"{pods}/good-{RUN}", patch)
+        code, message = status_of(denied.value)
+        assert code == 422
+        assert "annotation kgpu.io/device-allocation is written only by kgpu" in message
+        _merge_patch(api, f"{pods}/good-{RUN}", {"metadata": {"annotations": {"team": "a"}}})
     finally:
         for name in admitted:
             request(api, "DELETE", f"{pods}/{name}")

@@ -14,7 +14,7 @@ import pytest
 
 from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
-from tests.kube_objects import allocation_of, node_obj, pod_obj, wait_until
+from tests.kube_objects import allocation_of, node_obj, pod_obj, signed, wait_until
 from tests.test_kube_scheduler import Start, double, events, start  # noqa: F401
 
 CHECKPOINTS = "kgpu.io/devices-checkpoints"
@@ -113,8 +113,8 @@ def test_a_claim_on_a_gpu_another_pod_holds_is_reported_not_applied(
     crds: None,
 ) -> None:
     double.put(node_obj("n1", gpus=2))
-    double.put(_bound("share", 1, 500, "2025-01-01T00:00:00Z", fraction="0.5"))
-    double.put(_bound("whole", 0, 1000, "2025-01-01T00:00:01Z", gpus=1))
+    double.put(signed(double, _bound("share", 1, 500, "2025-01-01T00:00:00Z", fraction="0.5")))
+    double.put(signed(double, _bound("whole", 0, 1000, "2025-01-01T00:00:01Z", gpus=1)))
     double.put(device("n1", 2, [held("whole", "fake-gpu-1")]))
     scheduler = start()
     wait_until(lambda: len(events(double, "DeviceAllocationConflict")) == 1)
@@ -247,7 +247,7 @@ def test_mps_replicas_of_two_gpus_for_a_one_gpu_request_are_reported_not_applied
             ]
         }
     )
-    double.put(obj)
+    double.put(signed(double, obj))
     double.put(device("n1", 2, [replicas_held("a", "fake-gpu-0::0", "fake-gpu-1::0")]))
     start()
     wait_until(lambda: len(events(double, "DeviceAllocationConflict")) == 1)

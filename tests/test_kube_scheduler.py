@@ -16,7 +16,7 @@ from kgpu.kube.api.client import Timeouts
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
-from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, wait_until
+from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, signed, wait_until
 from tests.schedulers import fast_options, schedulers
 
 BINDING = r"/pods/[^/]+/binding$"
@@ -186,7 +186,7 @@ def test_a_restart_rebuilds_allocations_from_annotations(double: KubeDouble, sta
     note = {
         "kgpu.io/device-allocation": '{"gpu":[{"minor":1,"resources":{"kubernetes.io/gpu-core":100}}]}'
     }
-    double.put(pod_obj("old", gpus=1, node="n2", annotations=note))
+    double.put(signed(double, pod_obj("old", gpus=1, node="n2", annotations=note)))
     for name in ("b", "c"):
         double.put(pod_obj(name, gpus=1))
     start("second")
@@ -202,7 +202,7 @@ def test_a_restart_rebuilds_allocations_from_annotations(double: KubeDouble, sta
 def test_a_malformed_annotation_warns_and_counts_once(double: KubeDouble, start: Start) -> None:
     double.put(node_obj("n1", gpus=2))
     note = {"kgpu.io/device-allocation": "GPU 0 please"}
-    double.put(pod_obj("odd", gpus=1, node="n1", annotations=note))
+    double.put(signed(double, pod_obj("odd", gpus=1, node="n1", annotations=note)))
     double.put(pod_obj("a", gpus=1))
     double.put(pod_obj("b", gpus=1))
     start()

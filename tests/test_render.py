@@ -59,7 +59,7 @@ def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> No
         *["CustomResourceDefinition"] * 4,
         "ServiceAccount",
         *["ClusterRole", "ClusterRoleBinding"] * 4,  # reads, tenant, shares, workspaces
-        *["Role", "RoleBinding"] * 2,  # the Lease; the pods of the install's namespace
+        *["Role", "RoleBinding"] * 3,  # the Lease; the record key; the install's pods
         "Deployment",
         "Service",
         "ServiceAccount",
@@ -70,6 +70,8 @@ def test_the_install_is_complete_and_in_creation_order(install: list[Obj]) -> No
         "ClusterRole",
         "ClusterRoleBinding",
         "Role",  # the agent's pods, read
+        "RoleBinding",
+        "Role",  # the record key, read
         "RoleBinding",
         "Secret",
         "Service",
@@ -200,6 +202,27 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
             "verbs": ["get", "update"],
             "resourceNames": ["kgpu-scheduler"],
         },
+    ]
+    key = named(install, "Role", "kgpu-scheduler-record-key")
+    assert key["metadata"]["namespace"] == "kgpu-system"
+    assert key["rules"] == [
+        # The record key: made at the first start, then read back, that Secret only.
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get"],
+            "resourceNames": ["kgpu-scheduler-record-key"],
+        },
+    ]
+    webhook_key = named(install, "Role", "kgpu-scheduler-webhook-record-key")
+    assert webhook_key["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get"],
+            "resourceNames": ["kgpu-scheduler-record-key"],
+        }
     ]
     for kind in ("ClusterRole", "Role"):
         for role in by_kind(install, kind):

@@ -23,6 +23,12 @@ from kgpu.config import POLICIES, ProfileError
 @click.option("--key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--scheduler-name", default="kgpu-scheduler", show_default=True)
 @click.option(
+    "--record-key",
+    default="",
+    help="NAMESPACE/NAME of the Secret whose key signs kgpu's records on pods (kgpu run "
+    "makes it); default: kgpu-system/SCHEDULER_NAME-record-key",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
@@ -49,6 +55,7 @@ def webhook(
     cert: Path | None,
     key: Path | None,
     scheduler_name: str,
+    record_key: str,
     kubeconfig: str | None,
     on_nodes_unavailable: str,
     agent_service_account: str,
@@ -71,6 +78,7 @@ def webhook(
     from kgpu.kube.api.resource_types import PODS, QUEUES, WEBHOOK_PATH
     from kgpu.kube.install.secret_file import write_private
     from kgpu.kube.install.webhook_certs import generate_tls
+    from kgpu.kube.live.record_key import KeyReader, default_secret, split
     from kgpu.kube.workspaces.node_source import ListedNodes
 
     if (cert is None) != (key is None):
@@ -81,6 +89,11 @@ def webhook(
     except KubeError as exc:
         raise click.ClickException(f"{exc} (needed to place Workspaces)") from exc
     nodes, queues = ListedNodes(client), Listed(client, QUEUES)
+    secret = record_key or default_secret(scheduler_name)
+    try:
+        split(secret)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     workspaces = WorkspaceNodes(
         nodes,
         deny_when_unavailable=on_nodes_unavailable == "deny",
@@ -110,6 +123,7 @@ def webhook(
             scheduler_name,
             workspaces,
             queues,
+            KeyReader(client, secret),
             devices=devices,
         )
     except (OSError, ValueError) as exc:
@@ -190,6 +204,12 @@ def explain(
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--namespace-for-lease", default="kube-system", show_default=True)
 @click.option(
+    "--record-key",
+    default="",
+    help="NAMESPACE/NAME of the Secret whose key signs kgpu's records on pods, made at start "
+    "if absent; default: kgpu-system/SCHEDULER_NAME-record-key",
+)
+@click.option(
     "--autoscale/--no-autoscale",
     default=False,
     show_default=True,
@@ -261,6 +281,7 @@ def run_scheduler(
     metrics_address: str,
     leader_elect: bool,
     namespace_for_lease: str,
+    record_key: str,
     autoscale: bool,
     nodepool: Path | None,
     gpu_memory_to_fraction_ratio: float,
@@ -286,6 +307,7 @@ def run_scheduler(
     from kgpu.config import load_profile
     from kgpu.kube.api.errors import KubeError
     from kgpu.kube.api.printable import escape_logs
+    from kgpu.kube.install.workstation import ensure_namespace
     from kgpu.kube.live.loop import LoopConfig
     from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
     from kgpu.kube.scaling.karpenter_objects import NodePoolError
@@ -322,6 +344,9 @@ def run_scheduler(
                 metrics_host=metrics_address,
                 leader_elect=leader_elect,
                 lease_namespace=namespace_for_lease,
+                record_key=record_key,
+                # Outside the cluster nothing may have made kgpu's namespace yet.
+                make_namespace=ensure_namespace,
                 autoscale=scaling,
                 workspaces=WorkspaceRunOptions() if workspaces else None,
                 loop=LoopConfig(
@@ -333,7 +358,11 @@ def run_scheduler(
                 companions=(
                     (
                         WorkstationWebhook(
-                            scheduler_name, webhook_port, webhook_host, webhook_address
+                            scheduler_name,
+                            webhook_port,
+                            webhook_host,
+                            webhook_address,
+                            record_key=record_key,
                         ),
                     )
                     if serve_webhook
@@ -341,7 +370,7 @@ def run_scheduler(
                 ),
             )
         )
-    except (ProfileError, NodePoolError, KubeError, OSError) as exc:
+    except (ProfileError, NodePoolError, KubeError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

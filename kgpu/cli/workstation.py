@@ -31,6 +31,7 @@ from kgpu.kube.api.resource_types import QUEUES
 from kgpu.kube.install.secret_file import write_private
 from kgpu.kube.install.webhook_certs import generate_tls
 from kgpu.kube.install.workstation import register, unregister
+from kgpu.kube.live.record_key import KeyReader, default_secret
 from kgpu.kube.workspaces.node_source import ListedNodes
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class WorkstationWebhook:
     port: int = DEFAULT_PORT  # 0: any free port (tests)
     host: str = ""  # "": route_address of the API server
     bind: str = ""  # "": the route's local address, the interface facing the API server
+    record_key: str = ""  # NAMESPACE/NAME of kgpu run's record key; "": its default
     server: WebhookServer | None = field(default=None, init=False)
     url: str = field(default="", init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
@@ -85,6 +87,8 @@ class WorkstationWebhook:
             # Node groups in a denial only for those who may list Nodes (docs/SECURITY.md).
             WorkspaceNodes(ListedNodes(client), may_list_nodes=subject_access(client)),
             Listed(client, QUEUES),
+            # The key kgpu run made (or found) before its companions start.
+            KeyReader(client, self.record_key or default_secret(self.scheduler_name)),
         )
         self._thread = self.server.start_background()
         self.url = base_url(host, self.server.port)

@@ -53,6 +53,7 @@ from kgpu.framework.group_scheduler import DENIAL
 from kgpu.kube.admission.device_writer import DeviceWriters, DeviceWriterUnavailable
 from kgpu.kube.admission.node_access import NodeAccess
 from kgpu.kube.admission.queue_fence import QueueSource, fence_problem
+from kgpu.kube.admission.record_guard import KeySource, record_problem
 from kgpu.kube.api.resource_types import CRD_GROUP
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
@@ -90,13 +91,17 @@ def review(
     scheduler_name: str,
     workspaces: WorkspaceNodes | None = None,
     queues: QueueSource | None = None,
+    record_key: KeySource = lambda: None,
     devices: DeviceWriters | None = None,
 ) -> dict[str, Any]:
     """The AdmissionReview answering ``body`` (an AdmissionReview v1 request).
 
     Without ``workspaces`` a Workspace is checked for its shape only; without ``queues``
-    no pod or PodGroup is checked for who may use its queue; without ``devices`` any
-    writer of a Device is allowed (:mod:`kgpu.kube.admission.device_writer`)."""
+    no pod or PodGroup is checked for who may use its queue. ``record_key`` gives the key
+    that kgpu's own changes to its records on pods are signed with (None while it cannot be
+    read: no change to them is then allowed; :mod:`kgpu.kube.admission.record_guard`);
+    without ``devices`` any writer of a Device is allowed
+    (:mod:`kgpu.kube.admission.device_writer`)."""
     request = admission_request(body)
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
     if _kind(request) == "Device":
@@ -105,7 +110,13 @@ def review(
         return answer(response)
     problem = _problem(request, request.get("object"), scheduler_name)
     obj, old = request.get("object"), request.get("oldObject")
-    if problem is not None:
+    forged = None
+    if _kind(request) == "Pod" and isinstance(obj, Mapping):
+        ref = _ref("Pod", named(obj, request))
+        forged = record_problem(request.get("operation"), ref, obj, old, record_key)
+    if forged is not None:
+        deny(response, forged)
+    elif problem is not None:
         if request.get("operation") == "UPDATE" and _problem(request, old, scheduler_name):
             response["warnings"] = [problem]
         else:

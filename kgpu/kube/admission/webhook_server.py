@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from kgpu.kube.admission.device_writer import DeviceWriters
 from kgpu.kube.admission.pod_env import mutate
 from kgpu.kube.admission.queue_fence import QueueSource
+from kgpu.kube.admission.record_guard import KeySource
 from kgpu.kube.admission.review import ReviewError, WorkspaceNodes, review
 from kgpu.kube.api.http_serving import BoundedServer, DeadlineHandler
 from kgpu.kube.api.resource_types import MUTATE_PATH, WEBHOOK_PATH
@@ -58,6 +59,7 @@ class WebhookServer(BoundedServer):
         scheduler_name: str,
         workspaces: WorkspaceNodes | None = None,
         queues: QueueSource | None = None,
+        record_key: KeySource = lambda: None,
         *,
         devices: DeviceWriters | None = None,
         deadline: float = TIMEOUT_S,
@@ -67,6 +69,7 @@ class WebhookServer(BoundedServer):
         self.workspaces = workspaces
         self.queues = queues
         self.devices = devices
+        self.record_key = record_key  # checks kgpu's own changes to its records on pods
         self.socket = context.wrap_socket(
             self.socket, server_side=True, do_handshake_on_connect=False
         )
@@ -122,6 +125,7 @@ class _Handler(DeadlineHandler):
                     server.scheduler_name,
                     server.workspaces,
                     server.queues,
+                    server.record_key,
                     devices=server.devices,
                 )
         except (ValueError, ReviewError) as exc:  # JsonTextError is a ValueError

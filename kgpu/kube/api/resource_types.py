@@ -43,6 +43,8 @@ PODS: Final = Resource("", "v1", "pods", "Pod", namespaced=True)
 EVENTS: Final = Resource("", "v1", "events", "Event", namespaced=True)
 # A share's GPU environment (kgpu.kube.objects.gpu_env), in the share's namespace.
 CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+# The key that signs kgpu's records on pods (kgpu.kube.live.record_key), in kgpu's namespace.
+SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 # kgpu's own namespace (reservation pods), created by `kgpu run` outside the cluster.
 NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Placement, Scheduler
+from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.printable import printable
 from kgpu.kube.api.resource_types import uid
 from kgpu.kube.explain.near_miss import NearMiss, cpu_text, gpu_share_text, memory_text, near_misses
@@ -35,8 +36,11 @@ from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s, pod_node_name
 from kgpu.kube.objects.queue_podgroup import queue_from_k8s
 from kgpu.kube.objects.queue_tenancy import QueueFences
+from kgpu.kube.objects.record_signature import RecordKey, default_secret, key_of_secret
 from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE
+from kgpu.kube.snapshot.allocation_rebuild import minors_of
 from kgpu.kube.snapshot.cache_snapshot import SnapshotBuilder, is_ready
+from kgpu.model.node import NodeName
 from kgpu.model.pod import PodSpec
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec
 from kgpu.model.resources import show_vector
@@ -192,10 +196,12 @@ def explain_object(
     scheduler_name: str | None,
     notes: Iterable[str] = (),
     queues: Mapping[str, QueueSpec | str] | None = None,
+    record_key: RecordKey | None = None,
 ) -> Explanation:
     """The answer for a Pod as the API server returns it, against ``state`` (the cluster
     without this pod, unless it is bound). ``scheduler_name``: note when the pod belongs to
-    another scheduler (None: every pod is ours, as in a simulation)."""
+    another scheduler (None: every pod is ours, as in a simulation). With ``record_key``
+    a bound pod's record is shown only if kgpu wrote it; else where kgpu counts the pod."""
     key = object_ref("Pod", obj).removeprefix("Pod ")
     notes = list(notes)
     status = obj.get("status")
@@ -208,6 +214,22 @@ def explain_object(
     except ConversionError as exc:
         return explain_unreadable(key, exc, notes)
     if node:
+        untrusted = record_key.problem(obj) if record_key is not None else ""
+        if untrusted and pod.gpu.count:
+            alloc = state.allocations.get(pod.key)
+            index = state.index.get(NodeName(node))
+            counted = (
+                _gpus_text(minors_of(state, index, alloc.gpus))
+                if alloc is not None and index is not None and alloc.node == index
+                else ""
+            )
+            return explain_bound(
+                key,
+                node,
+                None,
+                why=f"its records are not trusted, {untrusted}; kgpu counts it "
+                f"{'on ' + counted.removeprefix(', ') if counted else 'as the node holding it'}",
+            )
         return _explain_bound_object(key, node, obj, pod)
     spec = obj.get("spec")
     name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
@@ -248,15 +270,22 @@ def explain_from_objects(
     policy: str = "kgpu",
     queues: Iterable[Obj] = (),
     reservation_namespace: str | None = RESERVATION_NAMESPACE,
+    record_key: RecordKey | str | None = None,
 ) -> Explanation:
     """The answer for ``obj`` (a Pod) in the cluster of ``nodes`` and ``pods`` (API objects),
     as the live scheduler would see it: the same snapshot (Ready nodes only, bound pods of
     every scheduler accounted, kgpu's on the GPUs their annotations record; see
     :mod:`kgpu.kube.snapshot.cache_snapshot`) and the same profile. A share the snapshot
     refuses to place (``kgpu run`` confines shares: ``reservation_namespace``; one the
-    webhook did not give its GPU environment) is answered with why."""
-    snap = SnapshotBuilder(scheduler_name, reservation_namespace).build(nodes, pods, {})
+    webhook did not give its GPU environment) is answered with why. ``record_key`` checks
+    kgpu's records on pods as the scheduler does; a text instead says why it could not be
+    read (the records are then shown as written, with that said)."""
+    key = record_key if isinstance(record_key, RecordKey) else None
+    builder = SnapshotBuilder(scheduler_name, reservation_namespace, record_key=key)
+    snap = builder.build(nodes, pods, {})
     notes = []
+    if isinstance(record_key, str):
+        notes.append(f"kgpu's records on pods are shown unchecked: {record_key}")
     unready = sum(not is_ready(n) for n in nodes)
     if unready:
         notes.append(f"{unready} of {len(nodes)} nodes are not Ready: kgpu places no pod there")
@@ -274,7 +303,7 @@ def explain_from_objects(
     scheduler = build_scheduler(load_profile(policy), context)
     namespace = object_ref("Pod", obj).removeprefix("Pod ").split("/", 1)[0]
     known = read_queues(queues, namespace)
-    return explain_object(snap.state, obj, scheduler, scheduler_name, notes, known)
+    return explain_object(snap.state, obj, scheduler, scheduler_name, notes, known, key)
 
 
 def read_queues(objs: Iterable[Obj], namespace: str | None = None) -> dict[str, QueueSpec | str]:
@@ -313,9 +342,37 @@ def explain_live(
 ) -> Explanation:
     """Read the pod, the Nodes and the unfinished Pods, and explain the pod."""
     obj, nodes, pods = read_cluster(name, namespace, kubeconfig)
+    api = _api_client(kubeconfig)
     return explain_from_objects(
-        obj, nodes, pods, scheduler_name, policy, list_queues(_api_client(kubeconfig))
+        obj,
+        nodes,
+        pods,
+        scheduler_name,
+        policy,
+        list_queues(api),
+        record_key=_record_key(api, default_secret(scheduler_name)),
     )
+
+
+def _record_key(api: Any, where: str) -> RecordKey | str:
+    """The key kgpu's records are signed with, or why it could not be read (a user of
+    explain may not read Secrets in kgpu's namespace)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    namespace, name = where.split("/", 1)
+    try:
+        secret = _json(
+            client.CoreV1Api(api).read_namespaced_secret(
+                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+            )
+        )
+        return key_of_secret(secret, where)
+    except ApiException as exc:
+        return f"Secret {where} not read ({exc.status} {exc.reason})"
+    except (HTTPError, KubeError, ValueError) as exc:
+        return f"Secret {where} not read ({exc})"
 
 
 REQUEST_TIMEOUT_S: Final = 30

@@ -84,6 +84,7 @@ def scheduler_args(opts: InstallOptions) -> list[str]:
         f"--scheduler-name={opts.scheduler_name}",
         "--leader-elect",
         f"--namespace-for-lease={opts.namespace}",
+        f"--record-key={record_secret(opts)}",
         f"--metrics-port={METRICS_PORT}",
         # The pod's IP (the kubelet's probes and Prometheus reach it there), not every
         # interface: the kubelet expands $(POD_IP) from the container's environment.
@@ -97,6 +98,13 @@ def scheduler_args(opts: InstallOptions) -> list[str]:
     return args
 
 
+def record_secret(opts: InstallOptions) -> str:
+    """The Secret with the key that signs kgpu's records on pods: in the install's
+    namespace, made by the scheduler at its first start, kept across re-renders (a new key
+    would make every record written so far untrusted)."""
+    return f"{opts.namespace}/{opts.scheduler_name}-record-key"
+
+
 def webhook_args(opts: InstallOptions) -> list[str]:
     """``kgpu webhook`` in the cluster; it reads Nodes (for Workspaces) and Queues (for who may
     use them) as its service account."""
@@ -108,6 +116,7 @@ def webhook_args(opts: InstallOptions) -> list[str]:
         f"--cert={TLS_DIR}/tls.crt",
         f"--key={TLS_DIR}/tls.key",
         f"--scheduler-name={opts.scheduler_name}",
+        f"--record-key={record_secret(opts)}",
         f"--on-nodes-unavailable={unavailable}",
     ]
     if opts.agent:
@@ -249,6 +258,7 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
     return [
         *cluster_identity(opts, name, "webhook", webhook_rules()),
         *_webhook_pod_reader(opts, name),
+        *_key_reader(opts, name),
         {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -302,6 +312,14 @@ def _webhook_pod_reader(opts: InstallOptions, name: str) -> list[Obj]:
     return namespaced_identity(opts, f"{name}-agent-pods", name, "webhook", [
         rbac_rule([""], ["pods"], ["get"])
     ])  # fmt: skip
+
+
+def _key_reader(opts: InstallOptions, name: str) -> list[Obj]:
+    """The webhook's Role: read the record key (it checks kgpu's own changes to its records
+    on pods against it), that one Secret only."""
+    key = record_secret(opts).split("/", 1)[1]
+    rules = [{**rbac_rule([""], ["secrets"], ["get"]), "resourceNames": [key]}]
+    return namespaced_identity(opts, f"{name}-record-key", name, "webhook", rules)
 
 
 def _deployment(opts: InstallOptions, meta: Obj, component: str, replicas: int, pod: Obj) -> Obj:

@@ -19,6 +19,8 @@ with the flag that turns the feature on (docs/SECURITY.md, "What each account ma
   ``pods create/delete/patch`` for the reservation pods of shared GPUs and the trigger pods,
   which both live there; the only namespace where the scheduler may create a pod.
 - ``<name>-leader-election`` (Role in the install's namespace): the Lease, by name.
+- ``<name>-record-key`` (Role in the install's namespace): the Secret with the key that
+  signs kgpu's records on pods: create, and get by name.
 
 ``--tenant-namespaces a,b`` binds the namespaced writes (``<name>-tenant``: pods delete and
 patch, pods/binding; with ``-shares`` and ``-workspaces``) by a RoleBinding in each listed
@@ -130,7 +132,10 @@ def scheduler_rbac(opts: InstallOptions) -> list[Obj]:
         for ns in where:
             kind = "RoleBinding" if ns else "ClusterRoleBinding"
             objects.append(_binding(kind, opts, role, ns, "ClusterRole", sa))
-    local: list[tuple[str, list[Obj]]] = [("leader-election", _lease_rules(name))]
+    local: list[tuple[str, list[Obj]]] = [
+        ("leader-election", _lease_rules(name)),
+        ("record-key", _record_key_rules(name)),
+    ]
     if opts.webhook or opts.autoscale:
         local.append(("install", install_namespace_rules()))
     for suffix, rules in local:
@@ -138,6 +143,16 @@ def scheduler_rbac(opts: InstallOptions) -> list[Obj]:
         objects.append(_role("Role", opts, role, opts.namespace, rules))
         objects.append(_binding("RoleBinding", opts, role, opts.namespace, "Role", sa))
     return objects
+
+
+def _record_key_rules(name: str) -> list[Obj]:
+    # The key that signs kgpu's records on pods (kgpu.kube.live.record_key): made at the
+    # first start, read after. create cannot be limited by name (RBAC does not know the
+    # name before the object); get can.
+    return [
+        rbac_rule([""], ["secrets"], ["create"]),
+        {**rbac_rule([""], ["secrets"], ["get"]), "resourceNames": [f"{name}-record-key"]},
+    ]
 
 
 def _lease_rules(name: str) -> list[Obj]:

@@ -35,6 +35,7 @@ from kgpu.kube.api.event_recorder import WARNING, EventRecorder
 from kgpu.kube.api.resource_types import PODS, meta, uid
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, render_allocation
+from kgpu.kube.objects.record_signature import SIGNED, RecordKey
 from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, Difference
 from kgpu.model.pod import PodKey
 
@@ -67,8 +68,10 @@ class AllocationCorrector:
         metrics: SchedulerMetrics,
         submit: Submit,
         is_leader: Callable[[], bool],
+        record_key: RecordKey | None = None,
     ) -> None:
         self.client = client
+        self.record_key = record_key  # signs the corrected records, as the Binding's are
         self.recorder = recorder
         self.metrics = metrics
         self.submit = submit
@@ -95,7 +98,16 @@ class AllocationCorrector:
                 self._report_conflict(d)
             else:
                 notes = render_allocation(snap.state, snap.state.allocations[d.key])
+                if self.record_key is not None:
+                    notes = self._signed(d, notes)
                 self.submit(partial(self._correct, d, notes, mark))
+
+    def _signed(self, d: Difference, notes: dict[str, str]) -> dict[str, str]:
+        """``notes`` signed with the pod's other records as they stay (its queue)."""
+        assert self.record_key is not None
+        had = meta(d.obj).get("annotations")
+        kept = {k: v for k, v in (had or {}).items() if k in SIGNED and k not in notes}
+        return self.record_key.signed(uid(d.obj), d.node, {**kept, **notes})
 
     def _report_conflict(self, d: Difference) -> None:
         message = (

@@ -49,6 +49,7 @@ from kgpu.kube.live.waiting import WaitingBook
 from kgpu.kube.objects.device_allocation import render_allocation
 from kgpu.kube.objects.gpu_env import asks_device_plugin
 from kgpu.kube.objects.queue_tenancy import ADMITTED_QUEUE_ANNOTATION
+from kgpu.kube.objects.record_signature import RecordKey
 from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, pod_fields
 from kgpu.model.pod import PodKey
 from kgpu.state.records import Allocation
@@ -74,8 +75,11 @@ class HandOver:
         book: WaitingBook,
         wake: threading.Event,
         uncertain_grace: float,
+        record_key: RecordKey | None = None,
     ) -> None:
         self.client = client
+        # Signs the records the Binding writes (None: unsigned, for tests of the loop alone).
+        self.record_key = record_key
         self.pods = pods
         self.nodes = nodes
         self.recorder = recorder
@@ -114,6 +118,8 @@ class HandOver:
         annotations = render_allocation(snap.state, alloc) if held else {}
         if queue:
             annotations[ADMITTED_QUEUE_ANNOTATION] = queue
+        if self.record_key is not None and annotations:
+            annotations = self.record_key.signed(uid(current), str(bind.node), annotations)
         with self._lock:
             self._assumed[bind.pod] = entry
         self._submit(self._bind, current, bind, entry, annotations, message)

@@ -63,6 +63,7 @@ from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.status_writer import StatusWriter
 from kgpu.kube.live.waiting import WaitingBook, WaitTimes
 from kgpu.kube.objects.gpu_env import asks_device_plugin
+from kgpu.kube.objects.record_signature import RecordKey
 from kgpu.kube.objects.reservation_pod import ReservationConfig, is_reservation
 from kgpu.kube.snapshot.cache_snapshot import (
     Assumed,
@@ -137,6 +138,7 @@ class SchedulerLoop:
         queues: Informer | None = None,
         podgroups: Informer | None = None,
         priority_classes: Informer | None = None,
+        record_key: RecordKey | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -158,8 +160,12 @@ class SchedulerLoop:
         self._queue_reader = QueueReader()
         self._synced = synced or (lambda: nodes.synced.is_set() and pods.synced.is_set())
         shares = self.config.reservations
+        # Signs the records kgpu writes on pods and verifies those it reads back
+        # (kgpu.kube.objects.record_signature); None only where a test drives the loop alone.
         self._builder = SnapshotBuilder(
-            self.config.scheduler_name, shares.namespace if shares is not None else None
+            self.config.scheduler_name,
+            shares.namespace if shares is not None else None,
+            record_key=record_key,
         )
         self._lock = threading.Lock()
         self._assumed: dict[PodKey, Assumed] = {}
@@ -172,7 +178,7 @@ class SchedulerLoop:
         self._status = StatusWriter(client, self._pool.submit)
         self._evictor = Evictor(client, recorder, self._pool.submit, is_leader)
         self._corrector = AllocationCorrector(
-            client, recorder, metrics, self._pool.submit, is_leader
+            client, recorder, metrics, self._pool.submit, is_leader, record_key
         )
         self._keeper: ReservationKeeper | None = None
         self._env: GpuEnvWriter | None = None
@@ -197,6 +203,7 @@ class SchedulerLoop:
             book=self._book,
             wake=self._wake,
             uncertain_grace=c.uncertain_grace,
+            record_key=record_key,
         )
         self._carrier = ResultCarrier(
             self._binds, self._book, self._evictor, self._status, recorder, metrics, is_leader

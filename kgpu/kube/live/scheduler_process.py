@@ -25,6 +25,7 @@ import logging
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -45,6 +46,7 @@ from kgpu.kube.api.resource_types import (
 from kgpu.kube.live.health_server import HealthServer
 from kgpu.kube.live.loop import LoopConfig, SchedulerLoop
 from kgpu.kube.live.metrics import SchedulerMetrics
+from kgpu.kube.live.record_key import default_secret, ensure_key
 from kgpu.kube.scaling.karpenter_objects import NODECLAIMS
 from kgpu.kube.scaling.live_autoscaler import (
     AutoscaleMetrics,
@@ -93,6 +95,12 @@ class RunOptions:
     # None: no Workspace controller (`kgpu run --no-workspaces`).
     workspaces: WorkspaceRunOptions | None = field(default_factory=WorkspaceRunOptions)
     companions: tuple[Companion, ...] = ()
+    # NAMESPACE/NAME of the Secret with the key that signs kgpu's records on pods (made at
+    # start if absent); "": kgpu-system/SCHEDULER-record-key.
+    record_key: str = ""
+    # Makes the record key's namespace where it is missing (a workstation run); None: the
+    # install made it.
+    make_namespace: Callable[[KubeClient, str], None] | None = None
 
 
 class RunningScheduler:
@@ -143,6 +151,8 @@ class RunningScheduler:
             workers=options.event_workers,
         )
         elector = self.elector
+        secret = options.record_key or default_secret(config.scheduler_name)
+        self.record_key = ensure_key(self.client, secret, options.make_namespace)
         self.loop = SchedulerLoop(
             self.client,
             self.nodes,
@@ -156,6 +166,7 @@ class RunningScheduler:
             queues=next(i for i in self.custom if i.resource == QUEUES),
             podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
             priority_classes=self.priority_classes,
+            record_key=self.record_key,
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:

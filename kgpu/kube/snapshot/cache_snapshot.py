@@ -51,6 +51,7 @@ from kgpu.kube.objects.gpu_env import (
     own_env,
 )
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
+from kgpu.kube.objects.record_signature import RecordKey
 from kgpu.kube.objects.reservation_pod import is_reservation
 from kgpu.kube.snapshot.allocation_rebuild import (
     account_recorded,
@@ -77,6 +78,8 @@ __all__ = [
 ]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# A bound pod of ours whose records kgpu did not write (kgpu.kube.objects.record_signature).
+UNTRUSTED = "UntrustedRecord"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +155,19 @@ class SnapshotBuilder:
     between sessions (:mod:`kgpu.kube.snapshot.conversion_cache`), so a session reads only
     the objects that changed since the last one."""
 
-    def __init__(self, scheduler_name: str, reservation_namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        scheduler_name: str,
+        reservation_namespace: str | None = None,
+        *,
+        record_key: RecordKey | None = None,
+    ) -> None:
         self.scheduler_name = scheduler_name
         # None: shares are accounted only; no reservation pods are read.
         self.reservation_namespace = reservation_namespace
-        self.conversions = ConversionCache()
+        # Records are used only where their signature verifies with it; None: as written
+        # (offline readers: the simulator, tests of the accounting alone).
+        self.conversions = ConversionCache(record_key)
 
     def build(
         self,
@@ -305,7 +316,10 @@ class SnapshotBuilder:
         gave it others (``claimed``, slots), which then win where they have room."""
         obj = pod.obj
         if not spec.gpu.wants_devices:
-            self._account_lowest(snap, spec, index, claimed)
+            where = self._account_lowest(snap, spec, index, claimed)
+            if pod.untrusted:
+                why = f"{object_ref('Pod', obj)}: {pod.untrusted}"
+                snap.problems.append(Problem(obj, UNTRUSTED, f"{why}; not used, accounted {where}"))
             return
         found = pod.allocation
         if isinstance(found, DeviceAllocation) and claimed is not None:
@@ -320,7 +334,11 @@ class SnapshotBuilder:
                 if not conflict:
                     snap.from_annotations += 1
                     return
-        if found is None:
+        reason = "InvalidDeviceAllocation"
+        if found is None and pod.untrusted:
+            why = f"{object_ref('Pod', obj)}: {pod.untrusted}; they are not used"
+            reason = UNTRUSTED
+        elif found is None:
             why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} is missing"
         elif isinstance(found, ConversionError):
             why = str(found)
@@ -331,7 +349,7 @@ class SnapshotBuilder:
                 return
             why = f"{object_ref('Pod', obj)}: annotation {ALLOCATION_ANNOTATION} {why}"
         where = self._account_lowest(snap, spec, index, claimed)
-        snap.problems.append(Problem(obj, "InvalidDeviceAllocation", f"{why}; accounted {where}"))
+        snap.problems.append(Problem(obj, reason, f"{why}; accounted {where}"))
 
     @staticmethod
     def _account_moved(

@@ -25,14 +25,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kgpu.kube.api.resource_types import meta
-from kgpu.kube.objects.device_allocation import (
-    ALLOCATION_ANNOTATION,
-    VISIBLE_DEVICES_ANNOTATION,
-    DeviceAllocation,
-    parse,
-)
+from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, DeviceAllocation, parse
 from kgpu.kube.objects.gpu_env import asks_device_plugin
 from kgpu.kube.objects.node_pod import ConversionError, node_from_k8s, object_ref, pod_from_k8s
+from kgpu.kube.objects.record_signature import RECORDS, RecordKey
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
 
@@ -59,6 +55,10 @@ class PodReading:
     # It asks the device plugin (``nvidia.com/...``): the kubelet hands out its GPUs. Other
     # GPU requests hold GPUs through reservation pods (kgpu.kube.objects.gpu_env).
     device_plugin: bool = False
+    # Why its records (kgpu.kube.objects.record_signature) are not kgpu's; "" when they are,
+    # it has none, or no key checks them. Untrusted records are not read: ``allocation``
+    # is then None.
+    untrusted: str = ""
 
 
 def pod_fields(obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
@@ -76,12 +76,16 @@ def pod_fields(obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
 
 
 # What a Binding adds to a pod's annotations (kgpu.kube.live.binder).
-_BINDING_ANNOTATIONS = frozenset((ALLOCATION_ANNOTATION, VISIBLE_DEVICES_ANNOTATION))
+_BINDING_ANNOTATIONS = frozenset(RECORDS)
 
 
-def read_pod(obj: Mapping[str, Any], known: PodSpec | None = None) -> PodReading:
-    """Read one pod version; its PodSpec from scratch unless ``known`` gives it."""
+def read_pod(
+    obj: Mapping[str, Any], known: PodSpec | None = None, record_key: RecordKey | None = None
+) -> PodReading:
+    """Read one pod version; its PodSpec from scratch unless ``known`` gives it. With
+    ``record_key``, its records are read only if their signature verifies."""
     m = meta(obj)
+    untrusted = record_key.problem(obj) if record_key is not None else ""
     key = _key(m)
     scheduler, node, phase, deleting = pod_fields(obj)
     spec: PodSpec | ConversionError
@@ -103,8 +107,9 @@ def read_pod(obj: Mapping[str, Any], known: PodSpec | None = None) -> PodReading
         phase,
         deleting,
         spec,
-        _allocation(obj, m),
+        None if untrusted else _allocation(obj, m),
         asks_device_plugin(obj),
+        untrusted,
     )
 
 
@@ -157,7 +162,8 @@ def _allocation(
 class ConversionCache:
     """Readings of pods and nodes by ``(uid or key, resourceVersion)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, record_key: RecordKey | None = None) -> None:
+        self.record_key = record_key
         self._pods: dict[str, PodReading] = {}
         self._nodes: dict[str, tuple[str, NodeInfo | ConversionError]] = {}
         self._pods_seen: set[str] = set()
@@ -174,7 +180,7 @@ class ConversionCache:
         spec = None
         if known is not None and known.uid and known.uid == m.get("uid"):
             spec = _bound_spec(known, obj)
-        reading = read_pod(obj, spec)
+        reading = read_pod(obj, spec, self.record_key)
         self._pods[mark] = reading
         return reading
 
