@@ -160,3 +160,19 @@ def test_without_namespaces_a_queue_serves_every_namespace(
     start()
     wait_until(lambda: double.bound() == {"x-0": "n1", "y-0": "n1"})
     assert held_by_queue(double) == {"shared": 2}
+
+
+def test_a_forged_admitted_queue_is_not_believed(
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
+) -> None:
+    """A pod created bound with its own kgpu.io/admitted-queue: kgpu did not sign it, so its
+    label names its queue, as for any pod (docs/SECURITY.md, "Reserved annotations")."""
+    fenced_teams(double)
+    double.put(queue_obj("spare", limit={"gpu": 8}, namespaces=["team-b"]))
+    forged = labelled("b-forged", "team-b", "team-b", node="n2")
+    forged["metadata"]["annotations"][ADMITTED_QUEUE_ANNOTATION] = "spare"
+    double.put(forged)
+    start()
+    wait_until(lambda: gpus_allocated(double, "team-b") == "1")
+    assert gpus_allocated(double, "spare") in (None, "0")

@@ -125,6 +125,9 @@ class CacheSnapshot:
     # Our readable pods bound to a Ready node and not being deleted: a session's running
     # tasks (a pod on its way out is no one's victim any more).
     bound: list[PendingPod] = field(default_factory=list)
+    # Bound pods of ours whose records kgpu did not sign: their kgpu.io/admitted-queue too is
+    # not believed (kgpu.kube.snapshot.session_input).
+    unsigned: set[PodKey] = field(default_factory=set)
     # Ready nodes where some pod is terminating: still holding what it held until it is
     # gone (a preemptor nominated there waits for that, see kgpu.kube.live.waiting).
     terminating: set[str] = field(default_factory=set)
@@ -220,6 +223,8 @@ class SnapshotBuilder:
                     ours.append((pod, spec, index))
                     if not pod.deleting:
                         snap.bound.append(PendingPod(pod.obj, spec))
+                    if pod.untrusted:
+                        snap.unsigned.add(spec.key)
                 else:
                     others.append((pod, index))
             elif pod.scheduler == self.scheduler_name and not pod.deleting:

@@ -204,6 +204,8 @@ def assemble(
             job = job_of(pod.spec)
             add(Task(pod.spec, job, _started(pod.obj, now)), pod.obj)
             queue = pod.spec.annotations.get(ADMITTED_QUEUE_ANNOTATION)
+            if pod.spec.key in snap.unsigned:
+                queue = None  # not kgpu's record: the labels say, fenced like a new pod's
             if queue is not None and (job not in recorded or queue < recorded[job]):
                 recorded[job] = queue  # the least, should its pods disagree: deterministic
     running = {t.key for t in tasks}
