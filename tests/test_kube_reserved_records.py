@@ -131,10 +131,12 @@ def test_an_owner_moving_the_record_moves_nothing_before_or_after_a_restart(
 KEY = RecordKey(bytes(range(32)))
 
 
-def _review(obj: dict[str, Any], operation: str, old: dict[str, Any] | None = None) -> Any:
+def _review(
+    obj: dict[str, Any], operation: str, old: dict[str, Any] | None = None, kind: str = "Pod"
+) -> Any:
     request: dict[str, Any] = {
         "uid": "r1",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "kind": {"group": "", "version": "v1", "kind": kind},
         "operation": operation,
         "namespace": "default",
         "object": obj,
@@ -177,3 +179,44 @@ def test_the_webhook_denies_an_unsigned_change_and_allows_kgpu_s_own() -> None:
     relabelled = json.loads(json.dumps(old))
     relabelled["metadata"]["labels"] = {"team": "a"}
     assert _review(relabelled, "UPDATE", old)["allowed"]
+
+
+def _review_configmap(obj: dict[str, Any], operation: str) -> Any:
+    return _review(obj, operation, kind="ConfigMap")
+
+
+def test_a_share_s_gpu_environment_is_written_only_by_kgpu() -> None:
+    """A tenant who may edit ConfigMaps in its namespace cannot point its share's
+    containers at another GPU: only a write signed for its data and owner passes."""
+    data = {"NVIDIA_VISIBLE_DEVICES": "GPU-1"}
+    owner = [{"apiVersion": "v1", "kind": "Pod", "name": "half", "uid": "u1"}]
+    signature = KEY.sign_env("default", "kgpu-gpu-env-0a", "u1", data)
+    cm: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "kgpu-gpu-env-0a",
+            "namespace": "default",
+            "labels": {"kgpu.io/gpu-env": "true"},
+            "annotations": {"kgpu.io/record-signature": signature},
+            "ownerReferences": owner,
+        },
+        "data": data,
+    }
+    assert _review_configmap(cm, "CREATE")["allowed"]
+    assert _review_configmap(cm, "UPDATE")["allowed"]
+    widened = json.loads(json.dumps(cm))
+    widened["data"]["NVIDIA_VISIBLE_DEVICES"] = "all"
+    answer = _review_configmap(widened, "UPDATE")
+    assert not answer["allowed"]
+    assert answer["status"]["message"] == (
+        "ConfigMap default/kgpu-gpu-env-0a: a share's GPU environment is written only by kgpu "
+        "(annotation kgpu.io/record-signature does not match its data and owner: only kgpu "
+        "writes a share's GPU environment); leave it as kgpu wrote it"
+    )
+    # Its label dropped, or made in advance under the name the webhook chose: the same.
+    unlabelled = json.loads(json.dumps(widened))
+    del unlabelled["metadata"]["labels"]
+    assert not _review_configmap(unlabelled, "UPDATE")["allowed"]
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"}, "data": {}}
+    assert _review_configmap(other, "CREATE")["allowed"]

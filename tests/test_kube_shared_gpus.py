@@ -6,6 +6,7 @@ reservation deleted once its GPU holds no share."""
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.objects.gpu_env import configmap_env
+from kgpu.kube.objects.record_signature import RecordKey
 from kgpu.kube.objects.reservation_pod import ReservationConfig
 from tests.kube_double import KubeDouble
 from tests.kube_objects import allocation_of, node_obj, pod_obj, wait_until
@@ -103,6 +105,10 @@ def test_a_share_s_containers_see_the_gpu_its_reservation_holds(
     [owner] = cm["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Pod", "a")
     assert owner["uid"] == (double.get("pods", "a", "default") or {})["metadata"]["uid"]
+    # Signed with kgpu's key, so the webhook lets no one else rewrite it.
+    secret = double.get("secrets", "kgpu-scheduler-record-key", "kgpu-system") or {}
+    key = RecordKey(base64.b64decode(secret["data"]["key"]))
+    assert key.env_problem(cm) == ""
     wait_until(lambda: len(events(double, "GpuEnvWritten")) == 2)
     assert f"NVIDIA_VISIBLE_DEVICES=fake-gpu-{minor}" in events(double, "GpuEnvWritten")[0]
 

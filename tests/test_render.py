@@ -319,6 +319,8 @@ def test_webhook_rules(install: list[Obj]) -> None:
         ],
         "podgroups.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "podgroups")],
         "workspaces.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "workspaces")],
+        # a share's GPU environment: only kgpu writes it
+        "gpu-env.configmaps.kgpu.io": [("", ("CREATE", "UPDATE"), "configmaps")],
         # each agent its own node's Device only
         "devices.kgpu.io": [
             ("kgpu.io", ("CREATE", "UPDATE", "DELETE"), "devices"),

@@ -12,6 +12,11 @@ CREATE, which the pods rule does not match) and corrects them by a patch signed 
 - an UPDATE that changes ``kgpu.io/gpu-env-configmap`` (the mutating webhook names the
   share's GPU-environment ConfigMap at CREATE) is denied: the name is fixed with the pod.
 
+A share's GPU-environment ConfigMap (``kgpu-gpu-env-…``, labelled ``kgpu.io/gpu-env``), which
+``kgpu run`` writes signed, may be created or changed only with a signature that verifies
+for its data and owner pod: a tenant who may edit ConfigMaps in its namespace cannot point
+its share's containers at another GPU.
+
 The scheduler does not count on this (the webhook may be off): it also refuses records
 whose signature does not verify. The webhook only stops them from being written.
 """
@@ -21,7 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kgpu.kube.objects.gpu_env import ENV_CONFIGMAP_ANNOTATION
+from kgpu.kube.objects.gpu_env import (
+    ENV_CONFIGMAP_ANNOTATION,
+    ENV_CONFIGMAP_LABEL,
+    ENV_CONFIGMAP_PREFIX,
+)
 from kgpu.kube.objects.record_signature import RECORDS, RecordKey, record_changes
 
 Obj = Mapping[str, Any]
@@ -74,4 +83,29 @@ def record_problem(
     return (
         f"{ref}: annotation {', '.join(changed)} is written only by kgpu (the change is not "
         f"signed by kgpu: {why}); leave kgpu's records as they are"
+    )
+
+
+def env_configmap_problem(
+    operation: object, ref: str, obj: Obj, record_key: KeySource
+) -> str | None:
+    """Why this ConfigMap CREATE or UPDATE may not write a share's GPU environment."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    labels = meta.get("labels")
+    name = str(meta.get("name") or "")
+    # The hook is called for a ConfigMap labelled so before or after the write; one named so
+    # is a share's too, whatever its labels say.
+    ours = name.startswith(ENV_CONFIGMAP_PREFIX) or (
+        isinstance(labels, Mapping) and ENV_CONFIGMAP_LABEL in labels
+    )
+    if operation not in ("CREATE", "UPDATE") or not ours:
+        return None
+    key = record_key()
+    why = "kgpu's record key could not be read to check it" if key is None else key.env_problem(obj)
+    if not why:
+        return None
+    return (
+        f"{ref}: a share's GPU environment is written only by kgpu ({why}); leave it as kgpu "
+        "wrote it"
     )

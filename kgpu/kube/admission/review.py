@@ -53,7 +53,7 @@ from kgpu.framework.group_scheduler import DENIAL
 from kgpu.kube.admission.device_writer import DeviceWriters, DeviceWriterUnavailable
 from kgpu.kube.admission.node_access import NodeAccess
 from kgpu.kube.admission.queue_fence import QueueSource, fence_problem
-from kgpu.kube.admission.record_guard import KeySource, record_problem
+from kgpu.kube.admission.record_guard import KeySource, env_configmap_problem, record_problem
 from kgpu.kube.api.resource_types import CRD_GROUP
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
@@ -107,6 +107,14 @@ def review(
     if _kind(request) == "Device":
         if devices is not None:
             _writer(response, request, devices)
+        return answer(response)
+    if _kind(request) == "ConfigMap":
+        obj = request.get("object")
+        if isinstance(obj, Mapping):
+            ref = _ref("ConfigMap", named(obj, request))
+            taken = env_configmap_problem(request.get("operation"), ref, obj, record_key)
+            if taken is not None:
+                deny(response, taken)
         return answer(response)
     problem = _problem(request, request.get("object"), scheduler_name)
     obj, old = request.get("object"), request.get("oldObject")

@@ -76,6 +76,9 @@ WORKSPACES: Final = Resource(CRD_GROUP, CRD_VERSION, "workspaces", "Workspace", 
 WEBHOOK_PATH: Final = "/validate"
 # The mutating webhook's path (kgpu.kube.admission.pod_env): a pod's GPU environment.
 MUTATE_PATH: Final = "/mutate"
+# The label on a share's GPU-environment ConfigMaps (kgpu.kube.objects.gpu_env), which the
+# install's webhook rules select.
+GPU_ENV_LABEL: Final = "kgpu.io/gpu-env"
 # Registered by `kgpu run` when it serves the webhook itself (kgpu.kube.live.webhook_registration).
 MUTATING_WEBHOOKS: Final = Resource(
     "admissionregistration.k8s.io",

@@ -7,6 +7,8 @@ cannot drift.
   queue its namespace may not use, nor a bound pod change its queue label; status writes go
   to ``pods/status``, which this rule does not match, so the kubelet's updates do not call
   the webhook), kgpu's and Volcano's Queues, PodGroups and Workspaces at CREATE and UPDATE.
+- Validating: ConfigMaps labelled ``kgpu.io/gpu-env`` (a share's GPU environment) at CREATE
+  and UPDATE, written only by kgpu (:mod:`kgpu.kube.admission.record_guard`).
 - Validating, with the node agent: kgpu.io Devices at CREATE, UPDATE and DELETE, and their
   status, so that each agent writes its own node's Device only
   (:mod:`kgpu.kube.admission.device_writer`), with ``failurePolicy: Fail`` always.
@@ -23,7 +25,7 @@ import base64
 from collections.abc import Callable
 from typing import Final
 
-from kgpu.kube.api.resource_types import MUTATE_PATH, WEBHOOK_PATH
+from kgpu.kube.api.resource_types import GPU_ENV_LABEL, MUTATE_PATH, WEBHOOK_PATH
 from kgpu.kube.install.crds import GROUP, VERSION
 from kgpu.kube.install.options import Obj
 
@@ -57,6 +59,15 @@ def validating_webhooks(
             **_hook("pods.kgpu.io", client, failure_policy),
             "namespaceSelector": _skip(),
             "rules": [_rule("", "v1", ops, "pods")],
+        },
+        {
+            # A share's GPU environment: only kgpu writes it (kgpu.kube.admission.record_guard).
+            # The selector is matched against the object before and after an UPDATE, so a
+            # write that drops the label is still sent.
+            **_hook("gpu-env.configmaps.kgpu.io", client, failure_policy),
+            "namespaceSelector": _skip(),
+            "objectSelector": {"matchExpressions": [{"key": GPU_ENV_LABEL, "operator": "Exists"}]},
+            "rules": [_rule("", "v1", ops, "configmaps")],
         },
         {
             **_hook("queues.kgpu.io", client, failure_policy),

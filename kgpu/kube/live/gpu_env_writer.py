@@ -34,6 +34,7 @@ from kgpu.kube.objects.gpu_env import (
     env_configmap,
     env_values,
 )
+from kgpu.kube.objects.record_signature import SIGNATURE_ANNOTATION, RecordKey
 from kgpu.kube.snapshot.allocation_rebuild import minors_of
 from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, Reservation
 
@@ -75,6 +76,10 @@ def _not_yet(
     return ""
 
 
+def _subset(notes: Mapping[str, str], kept: object) -> bool:
+    return isinstance(kept, Mapping) and all(kept.get(k) == v for k, v in notes.items())
+
+
 class GpuEnvWriter:
     def __init__(
         self,
@@ -84,8 +89,10 @@ class GpuEnvWriter:
         is_leader: Callable[[], bool],
         node: NodeLookup,
         warn_after_s: float = 30.0,
+        record_key: RecordKey | None = None,  # None: written unsigned (tests of the loop)
     ) -> None:
         self.client = client
+        self.record_key = record_key
         self.recorder = recorder
         self.submit = submit
         self.is_leader = is_leader
@@ -167,6 +174,11 @@ class GpuEnvWriter:
     def _write(self, pod: Mapping[str, Any], name: str, data: dict[str, str]) -> None:
         m = meta(pod)
         namespace, pod_name, pod_uid = str(m.get("namespace")), str(m.get("name")), uid(pod)
+        notes = {}
+        if self.record_key is not None:
+            # The webhook lets no one else write it (kgpu.kube.admission.record_guard).
+            signature = self.record_key.sign_env(namespace, name, pod_uid, data)
+            notes = {SIGNATURE_ANNOTATION: signature}
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -174,6 +186,7 @@ class GpuEnvWriter:
                 "name": name,
                 "namespace": namespace,
                 "labels": {ENV_CONFIGMAP_LABEL: "true"},
+                "annotations": notes,
                 "ownerReferences": [
                     {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}
                 ],
@@ -199,8 +212,12 @@ class GpuEnvWriter:
                         "the containers wait until it is deleted",
                     )
                     return
-                if existing.get("data") != data:  # PUT: a key no longer wanted goes too
-                    self.client.replace(CONFIGMAPS, name, {**existing, "data": data}, namespace)
+                kept = meta(existing).get("annotations")
+                if existing.get("data") != data or not _subset(notes, kept):
+                    # PUT: a key no longer wanted goes too.
+                    m2 = {**meta(existing), "annotations": {**(kept or {}), **notes}}
+                    replaced = {**existing, "metadata": m2, "data": data}
+                    self.client.replace(CONFIGMAPS, name, replaced, namespace)
         except NotFound:
             return  # the namespace went with the pod
         except KubeError as exc:

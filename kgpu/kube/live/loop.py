@@ -185,7 +185,13 @@ class SchedulerLoop:
         if shares is not None:
             self._keeper = ReservationKeeper(client, shares, self._pool.submit, is_leader)
             self._env = GpuEnvWriter(
-                client, recorder, self._pool.submit, is_leader, nodes.get, shares.warn_after_s
+                client,
+                recorder,
+                self._pool.submit,
+                is_leader,
+                nodes.get,
+                shares.warn_after_s,
+                record_key,
             )
         c = self.config
         times = WaitTimes(c.backoff_initial, c.backoff_max, c.unschedulable_retry, c.event_repeat)

@@ -24,14 +24,14 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kgpu.kube.api.resource_types import meta
+from kgpu.kube.api.resource_types import GPU_ENV_LABEL, meta
 from kgpu.model.units import MILLI_PER_GPU
 
 ENV_CONFIGMAP_ANNOTATION: Final = "kgpu.io/gpu-env-configmap"
 ENV_CONFIGMAP_PREFIX: Final = "kgpu-gpu-env-"
 # The ConfigMaps kgpu writes carry this label (value: the pod's name is too long for a
 # label), so an operator can list them.
-ENV_CONFIGMAP_LABEL: Final = "kgpu.io/gpu-env"
+ENV_CONFIGMAP_LABEL: Final = GPU_ENV_LABEL
 VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
 MPS_THREADS: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MPS_MEMORY: Final = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"

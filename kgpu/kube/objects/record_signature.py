@@ -81,6 +81,37 @@ class RecordKey:
         """``notes`` with their signature added."""
         return {**notes, SIGNATURE_ANNOTATION: self.sign(pod_uid, node, notes)}
 
+    def sign_env(self, namespace: str, name: str, pod_uid: str, data: Mapping[str, str]) -> str:
+        """The signature of a share's GPU-environment ConfigMap (kgpu.kube.live.gpu_env_writer):
+        its namespace, name, owner pod and every key and value of its data."""
+        parts = ["ConfigMap", namespace, name, pod_uid]
+        parts += [f"{k}={data[k]}" for k in sorted(data)]
+        text = "\0".join(parts).encode()
+        return hmac.new(self.secret, text, hashlib.sha256).hexdigest()
+
+    def env_problem(self, configmap: Mapping[str, Any]) -> str:
+        """Why a GPU-environment ConfigMap is not as kgpu wrote it ("" when it is)."""
+        m = meta(configmap)
+        owners = m.get("ownerReferences")
+        pods = [
+            str(o.get("uid") or "")
+            for o in (owners if isinstance(owners, list) else ())
+            if isinstance(o, Mapping) and o.get("kind") == "Pod"
+        ]
+        data = configmap.get("data")
+        data = data if isinstance(data, Mapping) else {}
+        notes = m.get("annotations")
+        given = notes.get(SIGNATURE_ANNOTATION) if isinstance(notes, Mapping) else None
+        if len(pods) != 1 or not all(isinstance(v, str) for v in data.values()):
+            return "expected one owner pod and string data, as kgpu writes it"
+        want = self.sign_env(str(m.get("namespace") or ""), str(m.get("name") or ""), pods[0], data)
+        if not isinstance(given, str) or not hmac.compare_digest(given, want):
+            return (
+                f"annotation {SIGNATURE_ANNOTATION} does not match its data and owner: only "
+                "kgpu writes a share's GPU environment"
+            )
+        return ""
+
     def problem(self, pod: Mapping[str, Any]) -> str:
         """Why the records on ``pod`` are not kgpu's ("" when they are, or there are none):
         the text says which annotation and what was expected."""
