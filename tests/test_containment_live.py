@@ -120,9 +120,13 @@ def test_hostile_objects_are_refused_alone_and_the_good_pods_bind(cluster: Clust
     )
     assert said["team-a"].endswith("(nested 40000 deep, at most 32); the queue is left out")
     assert "(nested 40000 deep, at most 32); its pods are not scheduled" in said["g"]
-    # Our pod's unreadable record is a Warning on it, the pod accounted as a foreign one.
+    # Our pod's record, unsigned, is not even read (docs/SECURITY.md, "Reserved
+    # annotations"): a Warning on it, the pod accounted as a foreign one.
     wait_until(lambda: "deep" in warnings(double))
-    assert "(nested 50000 deep, at most 32)" in warnings(double)["deep"]
+    assert warnings(double)["deep"].startswith(
+        "Pod default/deep: annotations kgpu.io/device-allocation carry no "
+        "kgpu.io/record-signature: kgpu did not write them"
+    )
     double.put(pod_obj("b", gpus=1))
     wait_until(lambda: "b" in {e["involvedObject"]["name"] for e in double.objects("events")})
     assert "b" not in double.bound()  # deep, deep-foreign and a hold the three GPUs
