@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -27,6 +28,8 @@ from tests.hostile_objects import (
     workspaces,
 )
 
+# A failing folder is shown whole, however long (with -W error this warning would hide it).
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 GOOD = "good"  # the good pods' namespace and Queue, and the taint only they tolerate
 GOOD_TAINT = {"key": "kgpu.io/good", "value": "true", "effect": "NoSchedule"}
 GOOD_PODS = {"whole": ("nvidia.com/gpu", "1"), "pair": ("nvidia.com/gpu", "2"), "half": ("", "")}
@@ -42,7 +45,11 @@ def good_node(name: str) -> Obj:
             "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-80GB", "kgpu.io/good": "true"},
         },
         "spec": {"taints": [GOOD_TAINT]},
-        "status": {"capacity": allocatable, "allocatable": allocatable},
+        "status": {
+            "capacity": allocatable,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
 
 

@@ -8,6 +8,7 @@ import base64
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,8 @@ from tests.hostile_objects import (
     texts,
 )
 
+# A failing example is shown whole, however long (with -W error this warning would hide it).
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 SCHEDULER = "kgpu-scheduler"
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 OPERATIONS = st.sampled_from(("CREATE", "UPDATE", "DELETE", "CONNECT"))
