@@ -3,7 +3,7 @@ while 200 seeded hostile pods and nodes (tests/hostile_objects.py) are created t
 API, and the faults a cluster has: the API server and etcd restarted mid-stream, nodes
 deleted mid-session. (SIGKILL of the scheduler: test_e2e_kube's
 ``test_a_scheduler_killed_mid_stream_loses_and_doubles_nothing``; a kubelet restart:
-test_e2e_node's.)
+test_e2e_node's ``test_restarts_of_kgpu_and_of_the_kubelet_give_no_gpu_twice``.)
 
 Asserted every time, from the API server alone: no pod bound twice (one Scheduled event
 each), none bound to a node that is not there, no GPU holding more than itself, and the
