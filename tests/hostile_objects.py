@@ -373,3 +373,24 @@ def devices(node_names: tuple[str, ...] = ("h-node-0",)) -> st.SearchStrategy[Ob
 
 def any_object() -> st.SearchStrategy[Obj]:
     return st.one_of(pods(), nodes(), queues(), podgroups(), workspaces(), devices())
+
+
+def batches(
+    pod_nodes: tuple[str, ...], sizes: tuple[tuple[int, int], ...]
+) -> st.SearchStrategy[list[Obj]]:
+    """One list of nodes, pods (bound now and then to one of ``pod_nodes``), Queues,
+    PodGroups, and Workspaces or Devices, each kind's count within its (least, most) in
+    ``sizes``, in that order."""
+    kinds = (
+        nodes(),
+        pods(nodes=pod_nodes),
+        queues(),
+        podgroups(),
+        st.one_of(workspaces(), devices(pod_nodes)),
+    )
+    return st.tuples(
+        *(
+            st.lists(kind, min_size=least, max_size=most)
+            for kind, (least, most) in zip(kinds, sizes, strict=True)
+        )
+    ).map(lambda drawn: [obj for kind in drawn for obj in kind])

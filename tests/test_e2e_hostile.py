@@ -47,6 +47,7 @@ from tests.test_e2e_queues import crds  # noqa: F401
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:Generating overly large repr")]
 
 HOSTILE_COUNT = 200
+RECORD = "kgpu.io/device-allocation"
 
 
 def _healthz(port: int) -> int:
@@ -61,22 +62,29 @@ def _assert_sound(
     cluster: Cluster,  # noqa: F811
     present: set[str],
     gpus: int,
-    all_ours: bool = True,
+    forged: dict[str, object] | None = None,
 ) -> list[Obj]:
     """No pod reported scheduled twice, none of kgpu's bound to a node not in ``present``,
-    no GPU over capacity; the pods kgpu bound: every bound pod when ``all_ours``, else
-    those with a Scheduled event (hostile pods created bound, with forged records, are not
-    kgpu's doing)."""
+    no GPU over capacity; the pods kgpu bound: every bound pod, or given the records the
+    hostile pods were created with (``forged``, by name), those with a Scheduled event, the
+    GPUs counted from the records kgpu wrote (hostile pods created bound, and a forged record
+    kgpu left on a pod it gave no GPU, are not kgpu's doing)."""
     scheduled = Counter(e["involvedObject"]["name"] for e in cluster.events("Scheduled"))
     assert not {n: c for n, c in scheduled.items() if c > 1}, "a pod was scheduled twice"
     everything = cluster.pods()
-    if all_ours:
+    if forged is None:
         ours = [p for p in everything.values() if p["spec"].get("nodeName")]
     else:
         ours = [everything[name] for name in scheduled if name in everything]
     missing = [p["metadata"]["name"] for p in ours if p["spec"].get("nodeName") not in present]
     assert not missing, f"bound to a node that is not there: {missing}"
-    use = gpu_use(ours)
+    notes = [(p["metadata"]["name"], p["metadata"].get("annotations") or {}) for p in ours]
+    written = [
+        p
+        for p, (name, note) in zip(ours, notes, strict=True)
+        if note.get(RECORD) is not None and (forged is None or note.get(RECORD) != forged.get(name))
+    ]
+    use = gpu_use(written)
     assert not {k: v for k, v in use.items() if v > 1000}, f"GPUs over capacity: {use}"
     assert all(0 <= minor < gpus for _, minor in use), use
     return ours
@@ -190,7 +198,12 @@ def test_kgpu_run_binds_good_pods_while_200_hostile_objects_are_created(
         wait_until(lambda: _allocated(client, queue) == "4", timeout=60, every=0.5)
         assert _healthz(port) == 200
         present = {n["metadata"]["name"] for n in client.list(NODES).items}
-        ours = _assert_sound(cluster, present, gpus=256, all_ours=False)
+        forged = {
+            o["metadata"]["name"]: (o["metadata"].get("annotations") or {}).get(RECORD)
+            for o in objs
+            if o["kind"] == "Pod" and isinstance(o["metadata"].get("annotations"), dict)
+        }
+        ours = _assert_sound(cluster, present, gpus=256, forged=forged)
         good = [p for p in ours if p["metadata"]["name"].startswith("good-")]
         assert all(allocation_of(p)[0] in good_nodes for p in good)
         # Hostile pods kgpu refused: each has a Warning event (the hostile nodes' are in

@@ -16,17 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgpu.cli import main
-from tests.hostile_objects import (
-    HOSTILE_SETTINGS,
-    Obj,
-    devices,
-    nodes,
-    podgroups,
-    pods,
-    queues,
-    tally,
-    workspaces,
-)
+from tests.hostile_objects import HOSTILE_SETTINGS, Obj, batches, tally
 
 # A failing folder is shown whole, however long (with -W error this warning would hide it).
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
@@ -85,18 +75,6 @@ GOOD_QUEUE: Obj = {
 }
 
 
-def folders() -> st.SearchStrategy[list[Obj]]:
-    """The hostile documents of one folder: a few of each kind."""
-    hostile_nodes = ("h-node-0", "h-node-1", "h-missing")
-    return st.tuples(
-        st.lists(nodes(), max_size=3),
-        st.lists(pods(nodes=hostile_nodes), max_size=8),
-        st.lists(queues(), max_size=4),
-        st.lists(podgroups(), max_size=2),
-        st.lists(st.one_of(workspaces(), devices()), max_size=1),
-    ).map(lambda kinds: [obj for kind in kinds for obj in kind])
-
-
 def simulate(directory: Path, docs: list[Any]) -> tuple[int, str, Obj | None]:
     directory.joinpath("cluster.yaml").write_text(
         yaml.safe_dump_all(docs, width=1 << 30, allow_unicode=False), encoding="utf-8"
@@ -116,7 +94,12 @@ def simulate(directory: Path, docs: list[Any]) -> tuple[int, str, Obj | None]:
 
 
 @settings(HOSTILE_SETTINGS, max_examples=150)
-@given(hostile=folders(), with_queue=st.booleans())
+@given(
+    hostile=batches(
+        ("h-node-0", "h-node-1", "h-missing"), ((0, 3), (0, 8), (0, 4), (0, 2), (0, 1))
+    ),
+    with_queue=st.booleans(),
+)
 def test_the_simulator_refuses_hostile_objects_alone_and_places_the_good_pods(
     hostile: list[Obj], with_queue: bool
 ) -> None:
