@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.hostile_objects import TALLY
 from tests.inputs import openb_trace, under_ci
 
 # Why a skip fails under CI=true: it would let CI pass without checking what the test is for.
@@ -49,3 +50,14 @@ def pytest_make_collect_report(
     if report.skipped and not _allowed_under_ci(collector):
         _failed_skip(report)
     return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many hostile objects each target was fed and refused (tests/hostile_objects.py),
+    shown in every run that fed it any, CI's included."""
+    if TALLY:
+        terminalreporter.section("hostile objects")
+    for target, count in sorted(TALLY.items()):
+        terminalreporter.write_line(
+            f"hostile objects ({target}): tried {count.tried}, refused {count.refused}"
+        )

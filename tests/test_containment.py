@@ -34,6 +34,10 @@ def test_depth_is_measured_without_recursion_and_strings_do_not_count() -> None:
         read_json(DEEP_ARRAY)
     with pytest.raises(JsonTextError, match=r"^262145 characters long, at most 262144$"):
         read_json(" " * (256 * 1024 + 1))
+    # Found by tests/test_hostile_webhook.py: Python's own cap on an integer's digits is a
+    # plain ValueError that ended the webhook's request.
+    with pytest.raises(JsonTextError, match=r"^a number of more than 4300 digits$"):
+        read_json("[" + "9" * 5000 + "]")
 
 
 def test_a_message_shows_a_value_cut_short_even_one_that_stands_for_billions() -> None:
@@ -108,6 +112,11 @@ def pod_of_ours(requests: Obj, annotations: dict[str, str] | None = None) -> Obj
     obj["spec"]["schedulerName"] = "kgpu-scheduler"
     obj["spec"]["containers"][0]["resources"] = {"requests": requests}
     return obj
+
+
+def test_the_webhook_denies_a_card_quota_of_5000_digits() -> None:
+    message = _denied(queue({QUOTA: "9" * 5000}))
+    assert message.endswith("(a number of more than 4300 digits)")
 
 
 def test_the_webhook_denies_gpu_memory_of_5000_digits() -> None:

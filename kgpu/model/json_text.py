@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from itertools import accumulate
 from typing import Final
 
@@ -77,3 +78,9 @@ def read_json(
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise JsonTextError(f"invalid JSON at character {exc.pos}: {exc.msg}") from None
+    except ValueError:
+        # Python refuses to read an integer of more than sys.get_int_max_str_digits() digits
+        # (4300 by default) with a plain ValueError, past the bounds above.
+        raise JsonTextError(
+            f"a number of more than {sys.get_int_max_str_digits()} digits"
+        ) from None
