@@ -333,10 +333,11 @@ def test_nodes_deleted_mid_session_take_no_more_pods(
                 timeout=180,
                 every=1.0,
             )
-            # Pods bound to a deleted node are still there (no controller removes them here)
-            # and still hold their GPUs: the Queue's status counts every bound pod.
+            # Pods bound to a deleted node are still there (no pod garbage collector runs
+            # here), but hold nothing: their node is gone. The Queue's status counts what
+            # the pods on the nodes left hold.
             wait_until(
-                lambda: _allocated(client, queue) == str(len(cluster.bound())),
+                lambda: _allocated(client, queue) == str(gpus * len(left)),
                 timeout=60,
                 every=0.5,
             )
