@@ -136,8 +136,18 @@ def test_the_scheduler_keeps_binding_good_pods_among_hostile_objects(hostile: li
             double.put(good_pod(name, queue=True))
         # A hostile node goes while the scheduler works; nothing may be bound to it after.
         double.remove("nodes", "h-gone")
-        # Once the scheduler has seen it go, a pod that only it would take is not bound.
-        wait_until(lambda: scheduler.nodes.get("h-gone") is None, timeout=BIND_TIMEOUT)
+        # Once the scheduler has seen it go, a pod that only it would take is not bound. (Its
+        # first list may come after the removal, or before it, the DELETED event after: it
+        # has seen the node go once it has listed, holds the good nodes and not h-gone.)
+        nodes = scheduler.nodes
+        wait_until(
+            lambda: (
+                nodes.synced.is_set()
+                and nodes.get(GOOD_NODES[0]) is not None
+                and nodes.get("h-gone") is None
+            ),
+            timeout=BIND_TIMEOUT,
+        )
         double.put(_only_on("h-gone"))
         try:
             wait_until(lambda: {"whole", "pair"} <= set(double.bound()), timeout=BIND_TIMEOUT)
