@@ -243,3 +243,26 @@ def test_yaml_too_deep_or_a_billion_laughs_is_an_error_not_a_crash(
     assert result.exit_code == 1, result.output
     assert message in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_second_dialect_is_refused_naming_the_first_cut_short() -> None:
+    """Found by the hostile-object generator: the first dialect was shown as written, so a
+    50,000-character gpu-fraction made a 50,000-character denial."""
+    from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s
+
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    limits = {"nvidia.com/gpu.shared": "2"}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "n", "annotations": {"gpu-fraction": deep}},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
+    }
+    with pytest.raises(ConversionError) as caught:
+        pod_from_k8s(obj)
+    said = str(caught.value)
+    assert said.startswith(
+        "Pod n/p: resource nvidia.com/gpu.shared is 2, expected no nvidia.com/gpu.shared on a "
+        'pod that requests gpu-fraction: {"a":'
+    )
+    assert len(said) < 400

@@ -49,7 +49,7 @@ from kgpu.model.gpu import (
 from kgpu.model.gpu import (
     mps_replicas as mps_request,
 )
-from kgpu.model.limits import MAX_GPU_MEMORY_MIB
+from kgpu.model.limits import MAX_GPU_MEMORY_MIB, clip
 from kgpu.model.units import GPU_CORE_PER_GPU, MIB, MILLI_PER_GPU
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
@@ -105,7 +105,9 @@ def _refuse_second(fields: Fields, said: list[_Said]) -> None:
     """One dialect per pod: the second thing said is refused, naming the first."""
     if len(said) > 1:
         first, second = said[0], said[1]
-        raise fields.fail(second[1], second[2], f"no {second[0]} on a pod that requests {first[3]}")
+        # The first is shown as written, which a hostile pod may make as long as it likes.
+        shown = clip(first[3])
+        raise fields.fail(second[1], second[2], f"no {second[0]} on a pod that requests {shown}")
 
 
 def gpu_request_from_pod(
