@@ -55,10 +55,20 @@ def read_registered(path: Path, resource: str) -> list[str] | None:
     """The ids of ``resource``'s devices the kubelet has from its device plugin
     (``Data.RegisteredDevices``: the healthy ones), in the file's order; None when there is
     no file."""
+    found = read_registered_of(path, (resource,))
+    return None if found is None else found[resource]
+
+
+def read_registered_of(path: Path, resources: tuple[str, ...]) -> dict[str, list[str]] | None:
+    """:func:`read_registered` for each of ``resources``, from one read of the file."""
     data = _load(path)
     if data is None:
         return None
     registered = data.get("RegisteredDevices") or {}
+    return {r: _registered(path, registered, r) for r in resources}
+
+
+def _registered(path: Path, registered: object, resource: str) -> list[str]:
     ids = registered.get(resource, []) if isinstance(registered, dict) else None
     if ids is None:
         ids = []

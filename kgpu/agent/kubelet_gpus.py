@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Final
 
-from kgpu.agent.kubelet import CheckpointError, read_registered
+from kgpu.agent.kubelet import CheckpointError, read_registered_of
 from kgpu.agent.pod_resources_client import (
     GPU_RESOURCE,
     AllocatableDevice,
@@ -69,33 +69,33 @@ class KubeletGpuProbe:
 
     def _read(self) -> tuple[list[AllocatableDevice], str]:
         """The GPUs of every resource, each once (replicas of a shared GPU are one GPU)."""
+        by_resource, source = self._read_ids()
         gpus: dict[str, AllocatableDevice] = {}
-        source = ""
         for resource in self.resources:
-            found, source = self._read_ids(resource)
-            for device in found:
+            for device in by_resource.get(resource, ()):
                 gpu = replica_gpu(device.id)
                 if gpu not in gpus:
                     gpus[gpu] = AllocatableDevice(gpu, device.numa)
                     self._resource_of[gpu] = resource
         return list(gpus.values()), source
 
-    def _read_ids(self, resource: str) -> tuple[list[AllocatableDevice], str]:
+    def _read_ids(self) -> tuple[dict[str, list[AllocatableDevice]], str]:
         client = self.pod_resources
         if client is not None and client.socket.exists():
             try:
-                found = client.allocatable(resource)
+                found = client.allocatable_of(self.resources)
             except PodResourcesError as exc:
                 raise ProbeError(f"the kubelet's GPUs cannot be read: {exc}") from exc
             if found is not None:
                 return found, f"pod-resources GetAllocatableResources at {client.socket}"
         if self.checkpoint is None:
-            return [], "nowhere (no pod-resources GetAllocatableResources, no checkpoint file)"
+            return {}, "nowhere (no pod-resources GetAllocatableResources, no checkpoint file)"
         try:
-            ids = read_registered(self.checkpoint, resource)
+            ids = read_registered_of(self.checkpoint, self.resources) or {}
         except CheckpointError as exc:
             raise ProbeError(f"the kubelet's GPUs cannot be read: {exc}") from exc
-        return [AllocatableDevice(i) for i in ids or ()], f"checkpoint file {self.checkpoint}"
+        listed = {r: [AllocatableDevice(i) for i in found] for r, found in ids.items()}
+        return listed, f"checkpoint file {self.checkpoint}"
 
     def count(self) -> int:
         found, source = self._read()

@@ -110,6 +110,13 @@ class PodResourcesClient:
         """Every device of ``resource`` the kubelet has, healthy or not, in its order; None
         where the kubelet does not serve GetAllocatableResources (before 1.21, or with the
         KubeletPodResourcesGetAllocatable feature gate off), which is then not asked again."""
+        found = self.allocatable_of((resource,))
+        return None if found is None else found[resource]
+
+    def allocatable_of(
+        self, resources: tuple[str, ...]
+    ) -> dict[str, list[AllocatableDevice]] | None:
+        """:meth:`allocatable` for each of ``resources``, from one call."""
         if self._allocatable_served is False:
             return None
         try:
@@ -118,9 +125,8 @@ class PodResourcesClient:
             self._allocatable_served = False
             return None
         self._allocatable_served = True
-        return allocatable_devices(
-            answer.devices, resource, self._where("v1 GetAllocatableResources")
-        )
+        where = self._where("v1 GetAllocatableResources")
+        return {r: allocatable_devices(answer.devices, r, where) for r in resources}
 
     def _where(self, call: str) -> str:
         return f"kubelet pod-resources {call} at {self.socket}"

@@ -13,7 +13,7 @@ sorted by minor, so that the slot a decision names maps to one physical device.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from kgpu.model.topology import GpuLinks
@@ -63,19 +63,23 @@ class NodeDevices:
     checkpoints: tuple[Checkpoint, ...] = ()
     # Checkpoint entries not taken, each with why (malformed, or naming GPUs not listed).
     refused: tuple[str, ...] = ()
+    # A GPU's slot by UUID, or by minor as a decimal string (a UUID wins): made once, as
+    # every bound pod's checkpoint entry is looked up in it each session.
+    _slot_of: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        slot_of = {str(d.minor): i for i, d in enumerate(self.gpus)}
+        slot_of.update({d.uuid: i for i, d in enumerate(self.gpus) if d.uuid})
+        object.__setattr__(self, "_slot_of", slot_of)
 
     def gpu_slots_of(
         self, device_ids: tuple[str, ...], replicas: bool = False
     ) -> tuple[int, ...] | None:
         """The slots of GPUs named by UUID (or by minor as a decimal string); None if any
         is unknown. With ``replicas``, an id may name a replica of a GPU (``GPU-1::3``)."""
-        by_id = {d.uuid: i for i, d in enumerate(self.gpus) if d.uuid}
-        by_minor = {str(d.minor): i for i, d in enumerate(self.gpus)}
         slots = []
         for ident in device_ids:
-            if replicas:
-                ident = replica_gpu(ident)
-            slot = by_id.get(ident, by_minor.get(ident))
+            slot = self._slot_of.get(replica_gpu(ident) if replicas else ident)
             if slot is None:
                 return None
             slots.append(slot)

@@ -43,10 +43,8 @@ from kgpu.kube.objects.gpu_env import (
     CONTROLLED,
     ENV_CONFIGMAP_ANNOTATION,
     ENV_CONFIGMAP_PREFIX,
-    NO_GPU,
-    VISIBLE_DEVICES,
     asks_device_plugin,
-    configmap_env,
+    webhook_env,
 )
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
 from kgpu.model.gpu import GpuRequest
@@ -105,15 +103,13 @@ def env_patch(
     ConversionError when a container's ``env`` is not a list of objects."""
     ops: list[dict[str, Any]] = []
     plugin = asks_device_plugin(pod)
-    if gpu.gpu_slots > 0 and not plugin:
+    share = gpu.gpu_slots > 0 and not plugin
+    name = ""
+    if share:
         name = ENV_CONFIGMAP_PREFIX + token(NAME_BYTES)
         ops.append(_annotation_op(pod, ENV_CONFIGMAP_ANNOTATION, name))
-        ours = configmap_env(name)
-    elif gpu.count == 0 and not plugin:
-        ours = [{"name": VISIBLE_DEVICES, "value": NO_GPU}]
-    else:
-        # The device plugin's Allocate sets them (and MIG instances are its devices too).
-        ours = []
+    # Device-plugin pods get none: the plugin's Allocate sets them (MIG instances too).
+    ours = webhook_env(share, gpu.count == 0 and not plugin, name)
     fields = Fields(object_ref("Pod", pod))
     spec = pod["spec"]
     for group in CONTAINER_GROUPS:

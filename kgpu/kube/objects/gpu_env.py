@@ -95,11 +95,19 @@ def configmap_env(name: str) -> list[dict[str, Any]]:
     return [ref(VISIBLE_DEVICES, False), ref(MPS_THREADS, True), ref(MPS_MEMORY, True)]
 
 
-def own_env(pod: Mapping[str, Any], share: bool, gpus: bool) -> tuple[str, object, str] | None:
-    """Where a pod of ours sets the GPU environment otherwise than the webhook leaves it,
-    so that a container would see GPUs it was not given: (field, value, what was expected);
-    None when it is as the webhook leaves it. ``share``: it holds GPUs through a
-    reservation (its env must come from its ConfigMap); ``gpus``: it asks any GPU.
+def webhook_env(share: bool, no_gpu: bool, configmap: str) -> list[dict[str, Any]]:
+    """The GPU env entries the webhook gives every container of a pod: a share's from its
+    ConfigMap ``configmap``; ``void`` for a pod that asks no GPU (and nothing of the device
+    plugin); none otherwise, the device plugin's ``Allocate`` setting them."""
+    if share:
+        return configmap_env(configmap)
+    return [{"name": VISIBLE_DEVICES, "value": NO_GPU}] if no_gpu else []
+
+
+def own_env(pod: Mapping[str, Any], share: bool, no_gpu: bool) -> tuple[str, object, str] | None:
+    """Where a pod of ours sets the GPU environment otherwise than the webhook leaves it
+    (:func:`webhook_env`), so that a container would see GPUs it was not given: (field,
+    value, what was expected); None when it is as the webhook leaves it.
 
     A pod without GPUs that sets none is let through: the webhook would have written
     ``void``, but only the image can then widen what it sees (see docs/DEVICES.md)."""
@@ -107,22 +115,20 @@ def own_env(pod: Mapping[str, Any], share: bool, gpus: bool) -> tuple[str, objec
     if not isinstance(spec, Mapping):
         return None
     name = env_configmap(pod)
+    want = webhook_env(share, no_gpu, name or "")
     if share:
-        want: list[Any] = configmap_env(name or "")
         expected = f"{VISIBLE_DEVICES} and the MPS limits from ConfigMap {name}"
-    elif gpus:
-        want = []
-        expected = f"no {', '.join(CONTROLLED)} of the pod's own: the device plugin sets them"
-    else:
-        want = [{"name": VISIBLE_DEVICES, "value": NO_GPU}]
+    elif no_gpu:
         expected = f"{VISIBLE_DEVICES}={NO_GPU} or none"
+    else:
+        expected = f"no {', '.join(CONTROLLED)} of the pod's own: the device plugin sets them"
     for group in ("containers", "initContainers"):
         containers = spec.get(group)
         for i, container in enumerate(containers if isinstance(containers, list) else ()):
             env = container.get("env") if isinstance(container, Mapping) else None
             env = env if isinstance(env, list) else []
             found = [e for e in env if isinstance(e, Mapping) and e.get("name") in CONTROLLED]
-            if found != want and (share or gpus or found):
+            if found != want and (found or not no_gpu):
                 shown = found if len(str(found)) <= 200 else f"{len(found)} entries"
                 return f"spec.{group}[{i}].env", shown, expected
     return None

@@ -48,7 +48,6 @@ from kgpu.kube.objects.gpu_env import (
     ENV_CONFIGMAP_ANNOTATION,
     ENV_CONFIGMAP_PREFIX,
     env_configmap,
-    own_env,
 )
 from kgpu.kube.objects.node_pod import ConversionError, object_ref
 from kgpu.kube.objects.record_signature import RecordKey
@@ -455,7 +454,7 @@ def _confinable(pod: PodReading, spec: PodSpec) -> PodSpec | ConversionError:
             f"({ENV_CONFIGMAP_PREFIX}...): without it the pod's containers could not be "
             f"confined to the GPU it would be given; {again}",
         )
-    wrong = own_env(pod.obj, share, spec.gpu.count > 0 or spec.gpu.gpu_slots > 0)
+    wrong = pod.own_env
     if wrong is None:
         return spec
     field, value, expected = wrong

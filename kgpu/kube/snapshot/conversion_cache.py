@@ -26,7 +26,7 @@ from typing import Any
 
 from kgpu.kube.api.resource_types import meta
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, DeviceAllocation, parse
-from kgpu.kube.objects.gpu_env import asks_device_plugin
+from kgpu.kube.objects.gpu_env import asks_device_plugin, own_env
 from kgpu.kube.objects.node_pod import ConversionError, node_from_k8s, object_ref, pod_from_k8s
 from kgpu.kube.objects.record_signature import RECORDS, RecordKey
 from kgpu.model.node import NodeInfo
@@ -59,6 +59,9 @@ class PodReading:
     # it has none, or no key checks them. Untrusted records are not read: ``allocation``
     # is then None.
     untrusted: str = ""
+    # A pending pod's own GPU environment where it differs from what the webhook leaves
+    # (kgpu.kube.objects.gpu_env.own_env): read once per version, not every session.
+    own_env: tuple[str, object, str] | None = None
 
 
 def pod_fields(obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
@@ -96,6 +99,11 @@ def read_pod(
             spec = pod_from_k8s(obj)
         except ConversionError as exc:
             spec = exc
+    plugin = asks_device_plugin(obj)
+    env = None
+    if not node and isinstance(spec, PodSpec):
+        gpu = spec.gpu
+        env = own_env(obj, gpu.gpu_slots > 0 and not plugin, gpu.count == 0 and not plugin)
     return PodReading(
         obj,
         key,
@@ -108,8 +116,9 @@ def read_pod(
         deleting,
         spec,
         None if untrusted else _allocation(obj, m),
-        asks_device_plugin(obj),
+        plugin,
         untrusted,
+        env,
     )
 
 
