@@ -128,9 +128,9 @@ def waits_for_mig(ws: NodeWorkspace, name: str) -> None:
 
 
 def test_mig_pods_see_exactly_the_instances_they_were_given_and_none_twice(
+    mig_plugin: None,  # first: it goes last, after the workspace's pods are gone
     workspace: NodeWorkspace,  # noqa: F811
     tmp_path: Path,
-    mig_plugin: None,
 ) -> None:
     ws = workspace
     with kgpu_agent(ws, tmp_path) as agent_log, kgpu_run(ws, tmp_path, *SHARES) as kgpu:
