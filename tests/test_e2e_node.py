@@ -385,14 +385,15 @@ def _published_gpus(workspace: NodeWorkspace, log: Path) -> dict[int, str]:
     return {g.minor: g.uuid for g in devices_from_k8s(_device(workspace)).gpus}
 
 
-def _holders(workspace: NodeWorkspace) -> dict[str, list[str]]:
-    """Which device ids each of the workspace's pods holds, as the agent publishes it."""
+def _holders(workspace: NodeWorkspace, resource: str = GPU) -> dict[str, list[str]]:
+    """Which device ids of ``resource`` each of the workspace's pods holds, as the agent
+    publishes it."""
     text = _device(workspace).get("metadata", {}).get("annotations", {})
     entries = json.loads(text.get("kgpu.io/devices-checkpoints", "[]"))
     return {
         e["podName"]: sorted(e["deviceIDs"])
         for e in entries
-        if e.get("podNamespace") == workspace.namespace and e["resourceName"] == GPU
+        if e.get("podNamespace") == workspace.namespace and e["resourceName"] == resource
     }
 
 

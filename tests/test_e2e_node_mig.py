@@ -29,7 +29,7 @@ from tests.kube_objects import SCHEDULER, wait_until
 from tests.test_e2e_kube import _stop, client, kubeconfig  # noqa: F401
 from tests.test_e2e_node import (  # noqa: F401
     NodeWorkspace,
-    _device,
+    _holders,
     _published_gpus,
     kgpu_agent,
     kgpu_run,
@@ -47,17 +47,23 @@ INSTANCES = 7  # an A100 80GB splits into seven 1g.10gb instances
 ID_PREFIX = "MIG-fake-gpu-4-"
 
 
-@pytest.fixture
-def mig_plugin(client: KubeClient, real_node: E2eNode) -> Iterator[None]:  # noqa: F811
-    """kube-node's fake device plugin, a second one, advertising the MIG instances; stopped
-    after the test (the kubelet then lists them as unhealthy: none allocatable)."""
+def plugin_runtime(node: E2eNode) -> tuple[Path, Path]:
+    """kube-node's Python (with grpcio) and the device-plugin API stubs its build made."""
     cache = Path(os.environ.get("KNODE_CACHE", "/var/cache/kube-node"))
     python, gen = cache / "venv" / "bin" / "python", cache / "gen"
     if not python.exists() or not gen.is_dir():
         require_input(
             f"kube-node's device plugin runtime ({python}, {gen})",
-            f"build it: bash {real_node.tools}/build.sh",
+            f"build it: bash {node.tools}/build.sh",
         )
+    return python, gen
+
+
+@pytest.fixture
+def mig_plugin(client: KubeClient, real_node: E2eNode) -> Iterator[None]:  # noqa: F811
+    """kube-node's fake device plugin, a second one, advertising the MIG instances; stopped
+    after the test (the kubelet then lists them as unhealthy: none allocatable)."""
+    python, gen = plugin_runtime(real_node)
     registry = real_node.pod_resources_socket.parents[1] / "plugins_registry"
     command = [str(python), str(real_node.tools / "fake_device_plugin.py"), "--gen", str(gen)]
     command += ["--registry-dir", str(registry), "--resource", MIG]
@@ -80,17 +86,6 @@ def mig_pod(ws: NodeWorkspace, name: str, instances: int) -> dict[str, Any]:
     return pod(ws, name, limits={MIG: str(instances)})
 
 
-def mig_holders(ws: NodeWorkspace) -> dict[str, list[str]]:
-    """The MIG instances the agent says the kubelet gave each of the workspace's pods."""
-    notes = _device(ws).get("metadata", {}).get("annotations", {})
-    entries = json.loads(notes.get("kgpu.io/devices-checkpoints", "[]"))
-    return {
-        e["podName"]: sorted(e["deviceIDs"])
-        for e in entries
-        if e.get("podNamespace") == ws.namespace and e["resourceName"] == MIG
-    }
-
-
 def recorded(p: dict[str, Any]) -> dict[str, int]:
     """The MIG instances by profile that the pod's kgpu.io/device-allocation records."""
     note = json.loads(p["metadata"]["annotations"]["kgpu.io/device-allocation"])
@@ -108,11 +103,12 @@ def check(ws: NodeWorkspace, asked: dict[str, int]) -> None:
         assert all(i.startswith(ID_PREFIX) for i in seen[name]), (name, seen[name])
     every = [i for ids in seen.values() for i in ids]
     assert len(every) == len(set(every)), seen
-    wait_until(lambda: mig_holders(ws) == seen, timeout=30, every=0.5)
+    wait_until(lambda: _holders(ws, MIG) == seen, timeout=30, every=0.5)
 
 
-def waits_for_mig(ws: NodeWorkspace, name: str) -> None:
-    """The pod stays unbound, and kgpu's FailedScheduling event says why."""
+def waits(ws: NodeWorkspace, name: str, why: str) -> None:
+    """The pod stays unbound, never refused by the kubelet, and kgpu's FailedScheduling
+    event says ``why``."""
 
     def said() -> list[str]:
         events = ws.events("FailedScheduling")
@@ -123,8 +119,9 @@ def waits_for_mig(ws: NodeWorkspace, name: str) -> None:
         ]
 
     wait_until(lambda: bool(said()), timeout=60, every=0.5)
-    assert "insufficient MIG instances" in said()[0], said()
+    assert why in said()[0], said()
     assert "nodeName" not in ws.pods()[name]["spec"]
+    assert not ws.events("UnexpectedAdmissionError"), "the kubelet refused a pod"
 
 
 def test_mig_pods_see_exactly_the_instances_they_were_given_and_none_twice(
@@ -143,13 +140,13 @@ def test_mig_pods_see_exactly_the_instances_they_were_given_and_none_twice(
         check(ws, asked)
         assert len(ws.visible("whole")) == 1 and not ws.visible("whole")[0].startswith("MIG")
         ws.add(mig_pod(ws, "mig-e", 1))
-        waits_for_mig(ws, "mig-e")
+        waits(ws, "mig-e", "insufficient MIG instances")
 
         # kgpu killed outright and started again: its books count the seven instances held.
         kgpu.kill_and_restart()
         serving(ws)
         ws.add(mig_pod(ws, "mig-f", 1))
-        waits_for_mig(ws, "mig-f")
+        waits(ws, "mig-f", "insufficient MIG instances")
         assert "nodeName" not in ws.pods()["mig-e"]["spec"]
 
         # Three instances freed: the two waiting pods get theirs, none given twice.
