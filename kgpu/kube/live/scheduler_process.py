@@ -37,6 +37,8 @@ from kgpu.kube.api.leader_election import LeaderElector, LeaseTiming
 from kgpu.kube.api.resource_types import (
     CUSTOM_RESOURCES,
     DEVICES,
+    KAI_PODGROUPS,
+    KAI_QUEUES,
     NODES,
     PODGROUPS,
     PODS,
@@ -126,10 +128,16 @@ class RunningScheduler:
         self.custom = [
             Informer(self.client, r, optional=True, watch_seconds=watch) for r in CUSTOM_RESOURCES
         ]
+        # KAI Scheduler's Queues and PodGroups, read beside kgpu's (kgpu.kube.anchors.kai);
+        # a cluster without KAI's CRDs reads as none.
+        self.kai = [
+            Informer(self.client, r, optional=True, watch_seconds=watch)
+            for r in (KAI_QUEUES, KAI_PODGROUPS)
+        ]
         # A PodGroup's spec.priorityClassName is its job's priority. Built in since v1.14,
         # so not optional: without it jobs would rank wrongly until it listed.
         self.priority_classes = Informer(self.client, PRIORITY_CLASSES, watch_seconds=watch)
-        self.informers = [self.nodes, self.pods, self.priority_classes, *self.custom]
+        self.informers = [self.nodes, self.pods, self.priority_classes, *self.custom, *self.kai]
         self.claims: Informer | None = None
         if options.autoscale is not None:
             self.claims = Informer(self.client, NODECLAIMS, optional=True, watch_seconds=watch)
@@ -167,6 +175,8 @@ class RunningScheduler:
             podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
             priority_classes=self.priority_classes,
             record_key=self.record_key,
+            anchor_queues=self.kai[:1],
+            anchor_podgroups=self.kai[1:],
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:
