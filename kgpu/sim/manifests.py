@@ -236,8 +236,10 @@ def _convert(documents: list[Document]) -> _Converted:
             out.groups.append(doc.obj)  # read by the live loop's reader, KAI's as KAI's
         elif doc.kind != "PriorityClass":
             out.notes.append(
+                # Worded as before KAI's objects were read: the note is in the decision
+                # digests of the examples (tests/test_decision_digests.py).
                 f"{doc.source}: {_describe(doc)} skipped: only Node, Pod, PriorityClass and "
-                "kgpu.io or KAI (scheduling.run.ai) Queue and PodGroup are simulated"
+                "kgpu.io Queue and PodGroup are simulated"
             )
     return out
 
