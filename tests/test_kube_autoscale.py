@@ -15,11 +15,11 @@ import pytest
 
 from kgpu.autoscale.planner import PlannerConfig
 from kgpu.autoscale.trigger_controller import ControllerConfig
+from kgpu.kube.anchors.karpenter import NODECLAIMS
 from kgpu.kube.api.client import Timeouts
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
-from kgpu.kube.scaling.karpenter_objects import NODECLAIMS
 from kgpu.kube.scaling.live_autoscaler import (
     AutoscaleMetrics,
     AutoscaleOptions,

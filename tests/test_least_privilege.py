@@ -93,20 +93,34 @@ def test_each_feature_brings_its_rules_and_no_more() -> None:
 
     scaling = InstallOptions(webhook=False, workspaces=False, agent=False, autoscale=True)
     objects = render_objects(scaling)
-    assert grants(objects, "team-a") - plain == {
-        ("karpenter.sh", "nodeclaims", v) for v in ("get", "list", "watch")
+    karpenter = {
+        ("karpenter.sh", r, v)
+        for r in ("nodeclaims", "nodepools")
+        for v in ("get", "list", "watch")
     }
+    assert grants(objects, "team-a") - plain == karpenter
     assert grants(objects, "kgpu-system") - grants(render_objects(base), "kgpu-system") == {
         ("", "pods", "create"),
-        ("karpenter.sh", "nodeclaims", "get"),
-        ("karpenter.sh", "nodeclaims", "list"),
-        ("karpenter.sh", "nodeclaims", "watch"),
+        *karpenter,
     }
     [scheduler] = by_kind(objects, "Deployment")
     args = scheduler["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"--autoscale", "--trigger-namespace=kgpu-system", "--no-workspaces"} <= set(args)
     params = main.commands["run"].make_context("run", args[1:]).params
     assert (params["autoscale"], params["trigger_namespace"]) == (True, "kgpu-system")
+
+
+def test_the_anchors_objects_are_only_read() -> None:
+    """KAI's Queues and PodGroups: get, list and watch, cluster-wide, with every feature
+    off; nothing else of KAI's group, and no status of theirs (KAI writes it)."""
+    base = InstallOptions(webhook=False, workspaces=False, agent=False)
+    for namespace in ("team-a", None):
+        kai = {g for g in grants(render_objects(base), namespace) if g[0] == "scheduling.run.ai"}
+        assert kai == {
+            ("scheduling.run.ai", r, v)
+            for r in ("queues", "podgroups")
+            for v in ("get", "list", "watch")
+        }
 
 
 def test_the_trigger_priority_class_is_installed_as_the_scheduler_would_make_it() -> None:

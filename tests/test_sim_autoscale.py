@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from kgpu.autoscale.planner import PlannerConfig, plan
 from kgpu.cli import main
-from kgpu.kube.scaling.karpenter_objects import NodePoolError
+from kgpu.kube.anchors.karpenter import NodePoolError
 from kgpu.model.nodepool import CATALOGUE, NodePool
 from kgpu.sim.autoscale_run import (
     default_pools,

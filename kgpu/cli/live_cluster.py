@@ -305,12 +305,12 @@ def run_scheduler(
     from kgpu.autoscale.trigger_controller import ControllerConfig
     from kgpu.cli.workstation import WorkstationWebhook
     from kgpu.config import load_profile
+    from kgpu.kube.anchors.karpenter import NodePoolError
     from kgpu.kube.api.errors import KubeError
     from kgpu.kube.api.printable import escape_logs
     from kgpu.kube.install.workstation import ensure_namespace
     from kgpu.kube.live.loop import LoopConfig
     from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
-    from kgpu.kube.scaling.karpenter_objects import NodePoolError
     from kgpu.kube.scaling.live_autoscaler import AutoscaleOptions
     from kgpu.kube.scaling.trigger_pods import TriggerPodConfig
     from kgpu.kube.workspaces.runner import WorkspaceRunOptions

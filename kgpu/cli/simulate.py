@@ -280,7 +280,7 @@ def simulate_autoscale(
     each pod waited and where it runs."""
     from rich.table import Table
 
-    from kgpu.kube.scaling.karpenter_objects import NodePoolError
+    from kgpu.kube.anchors.karpenter import NodePoolError
     from kgpu.sim.autoscale_run import (
         default_pools,
         full_cluster_scenario,

@@ -5,7 +5,7 @@ needs it: its name, the instance types its requirements allow (with their GPUs, 
 memory, which the NodePool object itself does not carry: they come from the cloud
 provider, here from :data:`CATALOGUE` or from the user's file), the labels and
 requirements its nodes get, its taints, its weight and its GPU limit. The edge
-(:mod:`kgpu.kube.scaling.karpenter_objects`) parses NodePool objects into this form; the core
+(:mod:`kgpu.kube.anchors.karpenter`) parses NodePool objects into this form; the core
 never sees the object.
 
 Node requirements (:class:`NodeRequirement`) are ``NodeSelectorRequirement``s, as both a

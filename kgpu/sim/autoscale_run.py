@@ -33,7 +33,7 @@ from kgpu.autoscale.planner import PlannerConfig
 from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Scheduler
-from kgpu.kube.scaling.karpenter_objects import NodePoolError, nodepools_from_documents
+from kgpu.kube.anchors.karpenter import NodePoolError, nodepools_from_documents
 from kgpu.model.gpu import gpu_share, whole_gpus
 from kgpu.model.node import NodeInfo
 from kgpu.model.nodepool import CATALOGUE, NodePool

@@ -5,8 +5,9 @@ apply -f DIR``) is read in name order, each document in file order; a ``List`` (
 ``PodList``/``NodeList`` as ``kubectl get -o yaml`` writes them) stands for its items. Nodes
 and Pods go through :mod:`kgpu.kube.objects.node_pod`, the parsing the live scheduler uses;
 PriorityClasses give pods their priority as the admission plugin would; kgpu's Queues and
-PodGroups (``kgpu.io``) make the run a session (:mod:`kgpu.sim.manifest_session`); other
-kinds are skipped with a note.
+PodGroups (``kgpu.io``), and KAI Scheduler's (``scheduling.run.ai``, read as ``kgpu run``
+reads them: :mod:`kgpu.kube.anchors.kai`), make the run a session
+(:mod:`kgpu.sim.manifest_session`); other kinds are skipped with a note.
 
 Pods already bound (``spec.nodeName``) are accounted on their node first, as running. The
 others are scheduled one at a time by priority, highest first, then in file order. A pod
@@ -31,6 +32,7 @@ import yaml
 from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Placement, Scheduler
+from kgpu.kube.anchors.kai import is_kai
 from kgpu.kube.objects.node_pod import (
     ConversionError,
     node_from_k8s,
@@ -228,12 +230,14 @@ def _convert(documents: list[Document]) -> _Converted:
                 continue
             seen_pods[key] = doc.source
             out.pods.append(_Pod(len(out.pods), doc.source, spec, node_name, obj))
-        elif doc.kind in ("Queue", "PodGroup") and str(doc.obj.get("apiVersion")).startswith(
-            "kgpu.io/"
+        elif doc.kind in ("Queue", "PodGroup") and (
+            str(doc.obj.get("apiVersion")).startswith("kgpu.io/") or is_kai(doc.obj)
         ):
-            out.groups.append(doc.obj)
+            out.groups.append(doc.obj)  # read by the live loop's reader, KAI's as KAI's
         elif doc.kind != "PriorityClass":
             out.notes.append(
+                # Worded as before KAI's objects were read: the note is in the decision
+                # digests of the examples (tests/test_decision_digests.py).
                 f"{doc.source}: {_describe(doc)} skipped: only Node, Pod, PriorityClass and "
                 "kgpu.io Queue and PodGroup are simulated"
             )

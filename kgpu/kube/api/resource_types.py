@@ -68,6 +68,11 @@ QUEUES: Final = Resource(CRD_GROUP, CRD_VERSION, "queues", "Queue", namespaced=F
 PODGROUPS: Final = Resource(CRD_GROUP, CRD_VERSION, "podgroups", "PodGroup", namespaced=True)
 DEVICES: Final = Resource(CRD_GROUP, CRD_VERSION, "devices", "Device", namespaced=False)
 CUSTOM_RESOURCES: Final = (QUEUES, PODGROUPS, DEVICES)
+# KAI Scheduler's Queues and PodGroups, read beside kgpu's own (kgpu.kube.anchors.kai).
+KAI_QUEUES: Final = Resource("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False)
+KAI_PODGROUPS: Final = Resource(
+    "scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", namespaced=True
+)
 # Cached by the Workspace controller's runner (kgpu.kube.workspaces.runner), not the loop.
 WORKSPACES: Final = Resource(CRD_GROUP, CRD_VERSION, "workspaces", "Workspace", namespaced=True)
 

@@ -1,7 +1,8 @@
 """What the scheduler's service account may do, one role per feature, each rendered only
 with the flag that turns the feature on (docs/SECURITY.md, "What each account may do").
 
-- ``<name>`` (ClusterRole, always): reading what a session reads, and the writes scheduling
+- ``<name>`` (ClusterRole, always): reading what a session reads (KAI's Queues and
+  PodGroups too, never written), and the writes scheduling
   itself makes in the pods' own namespaces: binding, deleting the victims of preemption
   and reclaim, correcting a pod's device annotations to the GPUs the kubelet gave, Events,
   and the status of Queues and PodGroups. No ``create`` of any pod anywhere.
@@ -12,7 +13,8 @@ with the flag that turns the feature on (docs/SECURITY.md, "What each account ma
   them out of kube-system.
 - ``<name>-workspaces`` (ClusterRole, with ``--workspaces``): the Workspace controller's
   Services, Deployments, StatefulSets and LeaderWorkerSets, in each Workspace's namespace.
-- ``<name>-autoscale`` (ClusterRole, with ``--autoscale``): Karpenter's NodeClaims, read.
+- ``<name>-autoscale`` (ClusterRole, with ``--autoscale``): Karpenter's NodeClaims and
+  NodePools, read.
   The trigger pods' PriorityClass is an object of the install, so the scheduler creates no
   PriorityClass (its ``get`` finds it).
 - ``<name>-install`` (Role in the install's namespace, with the webhook or ``--autoscale``):
@@ -46,6 +48,8 @@ def read_rules() -> list[Obj]:
         rbac_rule([""], ["pods"], ["get", "list", "watch"]),
         rbac_rule([""], ["nodes"], ["get", "list", "watch"]),
         rbac_rule([GROUP], crs, ["get", "list", "watch"]),
+        # KAI Scheduler's Queues and PodGroups, read (never written: KAI's own objects).
+        rbac_rule(["scheduling.run.ai"], ["queues", "podgroups"], ["get", "list", "watch"]),
         # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job; get:
         # whether the trigger pods' class exists.
         rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch"]),
@@ -97,8 +101,9 @@ def install_namespace_rules() -> list[Obj]:
 
 
 def autoscale_rules() -> list[Obj]:
-    """Karpenter's NodeClaims, read to follow each trigger's node."""
-    return [rbac_rule(["karpenter.sh"], ["nodeclaims"], ["get", "list", "watch"])]
+    """Karpenter's NodeClaims, read to follow each trigger's node, and its NodePools, read
+    to know what nodes may be asked for."""
+    return [rbac_rule(["karpenter.sh"], ["nodeclaims", "nodepools"], ["get", "list", "watch"])]
 
 
 def scheduler_rbac(opts: InstallOptions) -> list[Obj]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +139,8 @@ class SchedulerLoop:
         podgroups: Informer | None = None,
         priority_classes: Informer | None = None,
         record_key: RecordKey | None = None,
+        anchor_queues: Sequence[Informer] = (),
+        anchor_podgroups: Sequence[Informer] = (),
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -155,6 +157,9 @@ class SchedulerLoop:
         # Queues and PodGroups (absent without the CRDs: every pod is then in "default").
         self.queues = queues
         self.podgroups = podgroups
+        # The anchors' Queues and PodGroups (KAI's), read beside kgpu's own.
+        self.anchor_queues = tuple(anchor_queues)
+        self.anchor_podgroups = tuple(anchor_podgroups)
         # The PriorityClasses PodGroups name in spec.priorityClassName: their jobs' priority.
         self.priority_classes = priority_classes
         self._queue_reader = QueueReader()
@@ -224,7 +229,7 @@ class SchedulerLoop:
         self.decide_s = 0.0
         nodes.on_change = self._node_changed
         pods.on_change = self._pod_changed
-        for informer in (queues, podgroups):
+        for informer in (queues, podgroups, *self.anchor_queues, *self.anchor_podgroups):
             if informer is not None:
                 informer.on_change = self._queue_changed
         if priority_classes is not None:
@@ -327,7 +332,9 @@ class SchedulerLoop:
             return True
         if self._env is not None and self._env.due(now):
             return True
-        if self._bound_changed and self.podgroups is not None and len(self.podgroups):
+        if self._bound_changed and any(
+            len(i) for i in (self.podgroups, *self.anchor_podgroups) if i is not None
+        ):
             return True
         with self._lock:
             if any(w.retry_at <= now for w in self._book.waiting.values()):
@@ -365,8 +372,14 @@ class SchedulerLoop:
         )
         snap = self._builder.build(nodes, pods, assumed, devices)
         objects = self._queue_reader.read(
-            self.queues.items() if self.queues is not None else (),
-            self.podgroups.items() if self.podgroups is not None else (),
+            [
+                *(self.queues.items() if self.queues is not None else ()),
+                *(o for i in self.anchor_queues for o in i.items()),
+            ],
+            [
+                *(self.podgroups.items() if self.podgroups is not None else ()),
+                *(o for i in self.anchor_podgroups for o in i.items()),
+            ],
             self.priority_classes.items() if self.priority_classes is not None else (),
         )
         stats.snapshot_s = time.perf_counter() - started

@@ -5,8 +5,8 @@ before binding anything new: the informers start first, and the loop runs its fi
 session only once every cache (Nodes, Pods, PriorityClasses, and the kgpu.io custom
 resources, absent or not) has listed; every bound pod's annotation is then in the snapshot.
 
-With ``RunOptions.autoscale`` set (``kgpu run --autoscale``), Karpenter's NodeClaims are
-cached too (a cluster without Karpenter reads as none) and the autoscaler
+With ``RunOptions.autoscale`` set (``kgpu run --autoscale``), Karpenter's NodeClaims and
+NodePools are cached too (a cluster without Karpenter reads as none) and the autoscaler
 (:mod:`kgpu.kube.scaling.live_autoscaler`) runs on its own thread, on the leader only, once
 the caches have synced; it installs the trigger pods' PriorityClass before its first round.
 
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from kgpu.kube.anchors.karpenter import NODECLAIMS, NODEPOOLS
 from kgpu.kube.api.client import KubeClient, Timeouts, load_configuration
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.event_recorder import EventRecorder
@@ -37,6 +38,8 @@ from kgpu.kube.api.leader_election import LeaderElector, LeaseTiming
 from kgpu.kube.api.resource_types import (
     CUSTOM_RESOURCES,
     DEVICES,
+    KAI_PODGROUPS,
+    KAI_QUEUES,
     NODES,
     PODGROUPS,
     PODS,
@@ -47,7 +50,6 @@ from kgpu.kube.live.health_server import HealthServer
 from kgpu.kube.live.loop import LoopConfig, SchedulerLoop
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.record_key import default_secret, ensure_key
-from kgpu.kube.scaling.karpenter_objects import NODECLAIMS
 from kgpu.kube.scaling.live_autoscaler import (
     AutoscaleMetrics,
     AutoscaleOptions,
@@ -126,14 +128,23 @@ class RunningScheduler:
         self.custom = [
             Informer(self.client, r, optional=True, watch_seconds=watch) for r in CUSTOM_RESOURCES
         ]
+        # KAI Scheduler's Queues and PodGroups, read beside kgpu's (kgpu.kube.anchors.kai);
+        # a cluster without KAI's CRDs reads as none.
+        self.kai = [
+            Informer(self.client, r, optional=True, watch_seconds=watch)
+            for r in (KAI_QUEUES, KAI_PODGROUPS)
+        ]
         # A PodGroup's spec.priorityClassName is its job's priority. Built in since v1.14,
         # so not optional: without it jobs would rank wrongly until it listed.
         self.priority_classes = Informer(self.client, PRIORITY_CLASSES, watch_seconds=watch)
-        self.informers = [self.nodes, self.pods, self.priority_classes, *self.custom]
+        self.informers = [self.nodes, self.pods, self.priority_classes, *self.custom, *self.kai]
         self.claims: Informer | None = None
+        self.nodepools: Informer | None = None
         if options.autoscale is not None:
             self.claims = Informer(self.client, NODECLAIMS, optional=True, watch_seconds=watch)
-            self.informers.append(self.claims)
+            # Watched so that a NodePool created or edited is planned with without a restart.
+            self.nodepools = Informer(self.client, NODEPOOLS, optional=True, watch_seconds=watch)
+            self.informers += [self.claims, self.nodepools]
         self.elector: LeaderElector | None = None
         if options.leader_elect:
             self.elector = LeaderElector(
@@ -167,6 +178,8 @@ class RunningScheduler:
             podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
             priority_classes=self.priority_classes,
             record_key=self.record_key,
+            anchor_queues=self.kai[:1],
+            anchor_podgroups=self.kai[1:],
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:
@@ -196,6 +209,7 @@ class RunningScheduler:
                 self.nodes.items,
                 assumed=lambda: loop.assumed().keys(),
                 ready=self._autoscale_ready,
+                nodepools=self.nodepools.items if self.nodepools is not None else None,
             )
         self.server: HealthServer | None = None
         if options.metrics_port is not None:

@@ -176,10 +176,12 @@ class StatusWriter:
         session's figures of the jobs with a PodGroup object: ``report_jobs``)."""
         figures = {f.name: f for f in result.queues}
         for name, obj in objects.queue_objs.items():
+            if not _ours(obj):
+                continue
             problem = objects.invalid.get(name, f"Queue {name} is not usable")
             self._maybe(QUEUES, obj, queue_status(figures.get(name), problem))
         groups = objects.podgroup_objs
-        jobs = [job for job in result.jobs if job.key in groups]
+        jobs = [job for job in result.jobs if job.key in groups and _ours(groups[job.key])]
         phases: dict[str, str] = {
             key: _phase(pod)
             for job in jobs
@@ -238,3 +240,10 @@ class StatusWriter:
 def _phase(obj: Obj) -> str:
     status = obj.get("status")
     return str(status.get("phase") or "") if isinstance(status, Mapping) else ""
+
+
+def _ours(obj: Obj) -> bool:
+    """Whether kgpu writes the object's status: its own kind (``kgpu.io``), not an anchor's
+    (KAI's Queues and PodGroups are read only; their owner writes their status)."""
+    version = obj.get("apiVersion")
+    return not isinstance(version, str) or version.startswith("kgpu.io/")

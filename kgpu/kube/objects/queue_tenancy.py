@@ -72,7 +72,12 @@ class QueueFences:
             except ConversionError:
                 continue
             spec = obj.get("spec")
-            parent = spec.get("parent") if isinstance(spec, Mapping) else None
+            # KAI's Queues (scheduling.run.ai) name theirs in spec.parentQueue.
+            parent = (
+                (spec.get("parent") or spec.get("parentQueue"))
+                if isinstance(spec, Mapping)
+                else None
+            )
             if isinstance(parent, str) and parent:
                 parents[name] = parent
         return cls(served, parents)

@@ -1,7 +1,8 @@
 """The live autoscaler: the trigger controller driven by the API server's objects.
 
 Every ``interval_s`` (or sooner when the controller asks to wake) :class:`Autoscaler`
-reads the caches (Pods, Karpenter NodeClaims, Nodes), hands the controller
+reads the caches (Pods, Karpenter NodeClaims, Nodes; and Karpenter's NodePools, which
+become the pools it plans with: :meth:`Autoscaler.use_nodepools`), hands the controller
 (:mod:`kgpu.autoscale.trigger_controller`) what it sees, and carries out what it answers:
 
 - creates trigger pods (:mod:`kgpu.kube.scaling.trigger_pods`); one that already exists (409) was
@@ -28,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -36,10 +37,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from kgpu.autoscale.demand import UnplacedPod
 from kgpu.autoscale.observed import Actions, Observed
 from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
+from kgpu.kube.anchors.karpenter import live_nodepools, observed_node, observed_nodeclaim
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.resource_types import PODS, Resource
 from kgpu.kube.objects.node_pod import ConversionError
-from kgpu.kube.scaling.karpenter_objects import observed_node, observed_nodeclaim
 from kgpu.kube.scaling.trigger_pods import (
     TriggerPodConfig,
     observed_trigger,
@@ -147,6 +148,36 @@ class Autoscaler:
         self.clock = clock
         self._first_seen: dict[PodKey, float] = {}
         self.last: Actions | None = None  # the latest round's answer, for status and tests
+        # The --nodepool files' pools, used where the cluster has no NodePool of the name;
+        # their instance types size the live NodePools too.
+        planner = self.controller.config.planner
+        self._file_pools = planner.pools
+        self._known = {t.name: t for p in planner.pools for t in p.instance_types}
+        self._warned: dict[str, str] = {}  # NodePool uid or name -> the message warned
+        self.refused: dict[str, str] = {}  # NodePool name -> why it is not used, this round
+
+    def use_nodepools(self, objs: Sequence[Mapping[str, Any]]) -> None:
+        """Plan with the cluster's NodePools (``karpenter.sh/v1`` objects) from now on: each
+        replaces the file's pool of its name; one that cannot be read is left out, and a
+        Warning says why once per version."""
+        pools, refused = live_nodepools(objs, self._known)
+        live = {p.name for p in pools}
+        chosen = (*pools, *(p for p in self._file_pools if p.name not in live))
+        config = self.controller.config
+        if chosen != config.planner.pools:
+            self.controller.config = replace(config, planner=replace(config.planner, pools=chosen))
+        self.refused = {}
+        marks = set()
+        for obj, message in refused:
+            meta = _map(obj, "metadata")
+            self.refused[str(meta.get("name") or "")] = message
+            mark = str(meta.get("uid") or meta.get("name") or "")
+            marks.add(mark)
+            if self._warned.get(mark) != message:
+                self._warned[mark] = message
+                log.warning("%s", message)
+                self.emit(obj, "Warning", "InvalidNodePool", message)
+        self._warned = {k: v for k, v in self._warned.items() if k in marks}
 
     def reconcile(
         self,
@@ -240,9 +271,12 @@ class AutoscaleRunner:
         nodes: Callable[[], Sequence[Mapping[str, Any]]],
         assumed: Callable[[], Collection[str]] = lambda: (),
         ready: Callable[[], bool] = lambda: True,
+        nodepools: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.autoscaler = autoscaler
         self._reads = (pods, claims, nodes, assumed)
+        # Karpenter's NodePools, read before each round (None: the files' pools only).
+        self._nodepools = nodepools
         self._ready = ready
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="autoscaler", daemon=True)
@@ -262,6 +296,8 @@ class AutoscaleRunner:
             wait = interval
             if self._ready():
                 try:
+                    if self._nodepools is not None:
+                        self.autoscaler.use_nodepools(self._nodepools())
                     acts = self.autoscaler.reconcile(pods(), claims(), nodes(), assumed())
                 except Exception:  # a bug in one round must not stop autoscaling for good
                     log.exception("autoscale round failed")

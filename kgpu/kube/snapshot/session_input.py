@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kgpu.framework.session_snapshot import Snapshot
+from kgpu.kube.anchors import kai
 from kgpu.kube.api.resource_types import meta, object_key, parse_time, resource_version, uid
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.objects.queue_podgroup import (
@@ -107,9 +108,11 @@ class QueueReader:
         if known is not None and known[0] == version and version:
             return known[1]
         try:
-            read: QueueSpec | JobSpec | ConversionError = (
-                queue_from_k8s(obj) if kind == "Queue" else podgroup_from_k8s(obj)
-            )
+            read: QueueSpec | JobSpec | ConversionError
+            if kai.is_kai(obj):
+                read = kai.queue_from_kai(obj) if kind == "Queue" else kai.podgroup_from_kai(obj)
+            else:
+                read = queue_from_k8s(obj) if kind == "Queue" else podgroup_from_k8s(obj)
         except ConversionError as exc:
             read = exc
         self._seen[mark] = (version, read)
@@ -124,25 +127,40 @@ class QueueReader:
         out = QueueObjects()
         classes = {str(meta(c).get("name")): c.get("value") for c in priority_class_objs}
         live: set[tuple[str, str]] = set()
-        for obj in sorted(queue_objs, key=object_key):
+        kai_unset: set[str] = set()
+        # kgpu's own first: a KAI object of the same name is left out (kai.shadowed).
+        for obj in sorted(queue_objs, key=lambda o: (kai.is_kai(o), object_key(o))):
             live.add(("Queue", uid(obj) or object_key(obj)))
             name = str(meta(obj).get("name") or "")
+            if kai.is_kai(obj) and name in out.queue_objs:
+                out.problems.append(
+                    Problem(obj, "InvalidQueue", str(kai.shadowed(obj, "Queue", name)))
+                )
+                continue
             out.queue_objs[name] = obj
+            if kai.is_kai(obj) and not kai.min_runtime_set(obj):
+                kai_unset.add(name)
             spec = self._read("Queue", obj)
             if isinstance(spec, QueueSpec):
                 out.queues.append(spec)
             else:
                 out.invalid[name] = f"{spec}; the queue is left out"
                 out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
+        if kai_unset:
+            out.queues = kai.with_inherited_min_runtime(out.queues, kai_unset)
         out.fences = QueueFences.from_objects(out.queue_objs.values())
         for problem in QueueTree(out.queues).problems:
             found = out.queue_objs.get(problem.queue)
             if found is not None:
                 out.invalid[problem.queue] = f"{problem.message}; the queue is left out"
                 out.problems.append(Problem(found, "InvalidQueue", out.invalid[problem.queue]))
-        for obj in sorted(podgroup_objs, key=object_key):
+        for obj in sorted(podgroup_objs, key=lambda o: (kai.is_kai(o), object_key(o))):
             live.add(("PodGroup", uid(obj) or object_key(obj)))
             key = JobKey(object_key(obj) if meta(obj).get("namespace") else "")
+            if kai.is_kai(obj) and key in out.podgroup_objs:
+                message = str(kai.shadowed(obj, "PodGroup", key))
+                out.problems.append(Problem(obj, "InvalidPodGroup", message))
+                continue
             job = self._read("PodGroup", obj)
             if isinstance(job, JobSpec):
                 out.jobs[job.key] = job

@@ -1,5 +1,11 @@
 """Karpenter's objects read into the autoscaler's model: NodePools, NodeClaims and Nodes.
 
+``kgpu run --autoscale`` watches NodePools and NodeClaims (``karpenter.sh/v1``) live: a
+NodePool created, edited or deleted changes what the next autoscale round plans with
+(:func:`live_nodepools`), and one that cannot be read is refused alone, with why. The
+NodePools of ``--nodepool`` files stay for offline use (``kgpu simulate autoscale``) and, live,
+for pools the cluster does not define; a live NodePool of the same name wins.
+
 A NodePool (``karpenter.sh/v1``) says which instance types its nodes may be, but not what
 they hold: GPUs, CPU and memory come from the cloud provider. kgpu reads them from its
 catalogue (:data:`kgpu.model.nodepool.CATALOGUE`) or from ``InstanceType`` documents
@@ -111,6 +117,12 @@ def nodepool_from_k8s(
     """A NodePool object; ``known`` instance types add to (and override) the catalogue."""
     types = {**CATALOGUE, **(known or {})}
     ref = _ref("NodePool", obj)
+    if not isinstance(obj.get("metadata"), Mapping) or ref == "NodePool (no name)":
+        raise NodePoolError(f"{ref}: metadata.name is missing, expected a non-empty string")
+    for path in (("spec",), ("spec", "template"), ("spec", "template", "spec"), ("spec", "limits")):
+        value = _map(obj, *path[:-1]).get(path[-1])
+        if value is not None and not isinstance(value, Mapping):
+            raise NodePoolError(f"{ref}: {'.'.join(path)} is {value!r}, expected a mapping")
     spec = _map(obj, "spec")
     tspec = _map(spec, "template", "spec")
     labels = {str(k): str(v) for k, v in _map(spec, "template", "metadata", "labels").items()}
@@ -159,6 +171,21 @@ def nodepools_from_documents(documents: Sequence[Mapping[str, Any]]) -> tuple[No
     if not pools:
         raise NodePoolError("no NodePool (karpenter.sh/v1) among the documents")
     return pools
+
+
+def live_nodepools(
+    objs: Sequence[Mapping[str, Any]], known: Mapping[str, InstanceType] | None = None
+) -> tuple[list[NodePool], list[tuple[Mapping[str, Any], str]]]:
+    """The NodePools of the API server, each read alone: those that can be used, in name
+    order, and each that cannot with why (the others are used all the same)."""
+    pools: list[NodePool] = []
+    refused: list[tuple[Mapping[str, Any], str]] = []
+    for obj in sorted(objs, key=lambda o: str(_map(o, "metadata").get("name"))):
+        try:
+            pools.append(nodepool_from_k8s(obj, known))
+        except NodePoolError as exc:
+            refused.append((obj, f"{exc}; kgpu plans no node of this NodePool until it is fixed"))
+    return pools, refused
 
 
 def _requirement(ref: str, item: Mapping[str, Any], i: int) -> NodeRequirement:
