@@ -1,5 +1,7 @@
-"""Workspaces among ``kgpu simulate manifests``' documents, kgpu's (``kgpu.io``) and KAITO's
-(``kaito.sh``, through :mod:`kgpu.kube.anchors.kaito`), as the live controller treats them.
+"""KAITO's Workspaces (``kaito.sh``, through :mod:`kgpu.kube.anchors.kaito`) among ``kgpu
+simulate manifests``' documents, as the live controller treats them. (kgpu's own Workspaces
+are still skipped there, as before, so that existing inputs decide the same; ``kgpu
+simulate workspaces`` places them.)
 
 Each is placed on the manifests' Nodes by the same check the webhook runs
 (:func:`kgpu.kube.workspaces.placement_check.place`); a Workspace that no node group fits
@@ -20,7 +22,7 @@ from kgpu.kube.workspaces.placement_check import group_scheduler, place
 from kgpu.kube.workspaces.workload import render_workload
 
 Obj = dict[str, Any]
-WORKSPACE_GROUPS = ("kgpu.io/", "kaito.sh/")
+WORKSPACE_GROUPS = ("kaito.sh/",)
 
 
 def is_workspace(obj: Mapping[str, Any]) -> bool:

@@ -4,8 +4,8 @@ Every ``*.yaml`` and ``*.yml`` file of a directory (not its subdirectories, as `
 apply -f DIR``) is read in name order, each document in file order; a ``List`` (or a
 ``PodList``/``NodeList`` as ``kubectl get -o yaml`` writes them) stands for its items. Nodes
 and Pods go through :mod:`kgpu.kube.objects.node_pod`, the parsing the live scheduler uses;
-PriorityClasses give pods their priority as the admission plugin would; Workspaces (kgpu's
-and KAITO's) become their workload's pods or a denial (:mod:`kgpu.sim.manifest_workspaces`);
+PriorityClasses give pods their priority as the admission plugin would; KAITO's
+Workspaces become their workload's pods or a denial (:mod:`kgpu.sim.manifest_workspaces`);
 kgpu's Queues and
 PodGroups (``kgpu.io``) make the run a session (:mod:`kgpu.sim.manifest_session`); other
 kinds are skipped with a note.
