@@ -152,14 +152,11 @@ def workspace_crd() -> Obj:
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": schema},
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".inference.replicas",
-                            "statusReplicasPath": ".status.inference.replicas",
-                            "labelSelectorPath": ".status.inference.selector",
-                        },
-                    },
+                    # KAITO's marker also declares a scale subresource at
+                    # .spec.inference.replicas, a path its objects do not have (their fields
+                    # are top-level); the API server refuses paths outside .spec, so it is
+                    # left out here.
+                    "subresources": {"status": {}},
                 }
             ],
         },
