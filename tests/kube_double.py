@@ -66,6 +66,8 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
     ("kgpu.io", "podgroups"): (True, "PodGroup", "kgpu.io/v1alpha1"),
     ("kgpu.io", "devices"): (False, "Device", "kgpu.io/v1alpha1"),
     ("kgpu.io", "workspaces"): (True, "Workspace", "kgpu.io/v1alpha1"),
+    # KAITO's, served once "installed" (KAITO installs its CRD, not kgpu).
+    ("kaito.sh", "workspaces"): (True, "Workspace", "kaito.sh/v1beta1"),
     # What the Workspace controller renders; LeaderWorkerSets only once "installed".
     ("", "services"): (True, "Service", "v1"),
     ("apps", "deployments"): (True, "Deployment", "apps/v1"),
@@ -92,7 +94,8 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
 CUSTOM = {c for c in RESOURCES if c[0] == "kgpu.io"}
 LWS: Coll = ("leaderworkerset.x-k8s.io", "leaderworkersets")
 # Served only when in ``installed``: kgpu's CRDs, and LeaderWorkerSet's (not kgpu's to install).
-OPTIONAL = {*CUSTOM, LWS}
+KAITO: Coll = ("kaito.sh", "workspaces")
+OPTIONAL = {*CUSTOM, LWS, KAITO}
 
 
 class ApiError(Exception):
@@ -306,8 +309,11 @@ class KubeDouble:
             meta.setdefault("creationTimestamp", _now())
             return self._store(coll, key, obj, "MODIFIED" if old else "ADDED")
 
-    def get(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        coll = next(c for c in RESOURCES if c[1] == plural)
+    def get(
+        self, plural: str, name: str, namespace: str | None = None, group: str | None = None
+    ) -> dict[str, Any] | None:
+        """``group`` None: the first group with that plural (kgpu.io's workspaces)."""
+        coll = next(c for c in RESOURCES if c[1] == plural and group in (None, c[0]))
         with self._cond:
             found = self._objects[coll].get(_key(namespace, name))
             return copy.deepcopy(found) if found else None

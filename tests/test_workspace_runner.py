@@ -164,3 +164,51 @@ def test_what_a_pass_depends_on_excludes_metadata_and_status() -> None:
     assert fingerprint(ws) != fingerprint(patched)  # a status lost is written again
     grown = {**ws, "inference": {**ws["inference"], "replicas": 3}}
     assert fingerprint(grown) != fingerprint(ws)
+
+
+def test_kaito_workspaces_are_reconciled_with_the_flag_and_kaitos_own_are_left_alone(
+    double: KubeDouble, start: Start
+) -> None:
+    from kgpu.kube.anchors.kaito import KAITO_FINALIZER
+    from tests.anchor_crds.kaito import seed_workspace
+    from tests.kube_double import KAITO
+
+    double.installed.add(KAITO)
+    ours = seed_workspace("ws")
+    ours["resource"]["labelSelector"]["matchLabels"] = {"apps": "llm"}
+    held = seed_workspace("kaitos")
+    held["metadata"]["finalizers"] = [KAITO_FINALIZER]
+    double.put(ours)
+    double.put(held)
+    options = WorkspaceRunOptions(idle_wait=0.05, backoff_initial=0.05, kaito=True)
+    start(double, workspaces=options)
+    wait_until(
+        lambda: "ResourceReady" in conditions(double.get("workspaces", "ws", "default", "kaito.sh"))
+    )
+    assert replicas(double) == 2
+    assert conditions(double.get("workspaces", "ws", "default", "kaito.sh")) == {
+        "ResourceReady": ("True", "workspaceResourceStatusSuccess"),
+        "InferenceReady": ("False", "ReplicasNotReady"),
+        "WorkspaceSucceeded": ("False", "workspacePending"),
+    }
+    # KAITO's own: no workload, no status.
+    assert double.get("deployments", "kaitos", "default") is None
+    assert "status" not in (double.get("workspaces", "kaitos", "default", "kaito.sh") or {})
+
+
+def test_without_the_flag_kaito_workspaces_are_not_touched(
+    double: KubeDouble, start: Start
+) -> None:
+    from tests.anchor_crds.kaito import seed_workspace
+    from tests.kube_double import KAITO
+
+    double.installed.add(KAITO)
+    obj = seed_workspace("ws")
+    obj["resource"]["labelSelector"]["matchLabels"] = {"apps": "llm"}
+    double.put(obj)
+    double.put(k8s_workspace("kg", match_labels={"apps": "llm"}))
+    start(double)
+    # kgpu's own Workspace has had its pass; KAITO's none.
+    wait_until(lambda: double.get("deployments", "kg", "default") is not None)
+    assert double.get("deployments", "ws", "default") is None
+    assert "status" not in (double.get("workspaces", "ws", "default", "kaito.sh") or {})

@@ -244,6 +244,13 @@ def explain(
     help="run the Workspace controller: each kgpu.io Workspace into its inference "
     "workload on one node group (docs/WORKSPACES.md)",
 )
+@click.option(
+    "--kaito-workspaces/--no-kaito-workspaces",
+    default=False,
+    show_default=True,
+    help="with --workspaces: reconcile KAITO's kaito.sh Workspaces too, but for those "
+    "KAITO's own controller holds (docs/MIGRATING.md, From KAITO)",
+)
 @share_options
 @click.option(
     "--serve-webhook/--no-serve-webhook",
@@ -287,6 +294,7 @@ def run_scheduler(
     gpu_memory_to_fraction_ratio: float,
     trigger_namespace: str,
     workspaces: bool,
+    kaito_workspaces: bool,
     serve_webhook: bool | None,
     webhook_port: int,
     webhook_address: str,
@@ -348,7 +356,7 @@ def run_scheduler(
                 # Outside the cluster nothing may have made kgpu's namespace yet.
                 make_namespace=ensure_namespace,
                 autoscale=scaling,
-                workspaces=WorkspaceRunOptions() if workspaces else None,
+                workspaces=WorkspaceRunOptions(kaito=kaito_workspaces) if workspaces else None,
                 loop=LoopConfig(
                     scheduler_name=scheduler_name,
                     policy=policy,

@@ -51,6 +51,12 @@ def switch(flag: str, default: bool, text: str) -> Callable[[FC], FC]:
 )
 @switch("workspaces", True, "the Workspace controller in the scheduler, and its rights")
 @switch(
+    "kaito-workspaces",
+    False,
+    "with --workspaces: KAITO's kaito.sh Workspaces admitted and reconciled too, and the "
+    "rights on them (docs/MIGRATING.md, From KAITO)",
+)
+@switch(
     "autoscale",
     False,
     "trigger pods (docs/AUTOSCALING.md) in the install's namespace, their "
@@ -80,6 +86,7 @@ def manifests(
     agent_node_selector: str,
     agent_runtime_class: str,
     workspaces: bool,
+    kaito_workspaces: bool,
     autoscale: bool,
     tenant_namespaces: str,
     output: Path | None,
@@ -103,6 +110,7 @@ def manifests(
         agent_node_selector=agent_node_selector,
         agent_runtime_class=agent_runtime_class,
         workspaces=workspaces,
+        kaito_workspaces=kaito_workspaces,
         autoscale=autoscale,
         tenant_namespaces=tuple(n.strip() for n in tenant_namespaces.split(",") if n.strip()),
     )

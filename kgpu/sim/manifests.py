@@ -4,9 +4,10 @@ Every ``*.yaml`` and ``*.yml`` file of a directory (not its subdirectories, as `
 apply -f DIR``) is read in name order, each document in file order; a ``List`` (or a
 ``PodList``/``NodeList`` as ``kubectl get -o yaml`` writes them) stands for its items. Nodes
 and Pods go through :mod:`kgpu.kube.objects.node_pod`, the parsing the live scheduler uses;
-PriorityClasses give pods their priority as the admission plugin would; kgpu's Queues and
-PodGroups (``kgpu.io``), and KAI Scheduler's (``scheduling.run.ai``, read as ``kgpu run``
-reads them: :mod:`kgpu.kube.anchors.kai`), make the run a session
+PriorityClasses give pods their priority as the admission plugin would; KAITO's
+Workspaces become their workload's pods or a denial (:mod:`kgpu.sim.manifest_workspaces`);
+kgpu's Queues and PodGroups (``kgpu.io``), and KAI Scheduler's (``scheduling.run.ai``, read
+as ``kgpu run`` reads them: :mod:`kgpu.kube.anchors.kai`), make the run a session
 (:mod:`kgpu.sim.manifest_session`); other kinds are skipped with a note.
 
 Pods already bound (``spec.nodeName``) are accounted on their node first, as running. The
@@ -48,6 +49,7 @@ from kgpu.plugins.node.resource_fit import NodeResourcesFit
 from kgpu.plugins.registry import PluginContext, build_scheduler
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
 from kgpu.sim.manifest_session import session_results
+from kgpu.sim.manifest_workspaces import is_workspace, workspace_pods
 from kgpu.sim.yaml_documents import load_documents
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import typical_pods
@@ -104,6 +106,21 @@ def _expand(source: str, obj: Any) -> Iterator[Document]:
         if isinstance(item, Mapping) and item_kind and item.get("kind") is None:
             item = {**item, "kind": item_kind}
         yield from _expand(f"{source} items[{j}]", item)
+
+
+def _with_workspace_pods(documents: list[Document], notes: list[str]) -> list[Document]:
+    """Each Workspace replaced by its workload's pods (:mod:`kgpu.sim.manifest_workspaces`)."""
+    if not any(is_workspace(d.obj) for d in documents):
+        return documents
+    nodes = [d.obj for d in documents if d.kind == "Node"]
+    out: list[Document] = []
+    for doc in documents:
+        if not is_workspace(doc.obj):
+            out.append(doc)
+            continue
+        pods = workspace_pods(doc.obj, nodes, notes, doc.source)
+        out.extend(Document(f"{doc.source} pod[{i}]", p) for i, p in enumerate(pods))
+    return out
 
 
 # ---------------------------------------------------------------------------- placing
@@ -194,6 +211,7 @@ class _Converted:
 
 def _convert(documents: list[Document]) -> _Converted:
     out = _Converted()
+    documents = _with_workspace_pods(documents, out.notes)
     classes, default_priority = _priority_classes(documents, out.notes)
     out.classes = classes
     seen_nodes: set[str] = set()

@@ -30,7 +30,7 @@ from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, pod_node_n
 from kgpu.kube.workspaces.placement_check import (
     group_node_from_k8s,
     group_scheduler,
-    workspace_from_k8s,
+    read_workspace,
 )
 from kgpu.model.node import NodeName
 from kgpu.sim.manifests import Document, ManifestError, read_documents
@@ -159,7 +159,7 @@ def simulate_workspaces(
         ref = doc.obj.get("metadata", {}) if isinstance(doc.obj.get("metadata"), Mapping) else {}
         key = f"{ref.get('namespace') or 'default'}/{ref.get('name', '(no name)')}"
         try:
-            workspace = workspace_from_k8s(doc.obj)
+            workspace = read_workspace(doc.obj)
         except ConversionError as exc:
             run.results.append(
                 WorkspaceResult(key, doc.source, WorkspaceOutcome.DENIED, message=str(exc))

@@ -14,7 +14,8 @@ expected (the messages of :class:`kgpu.kube.objects.node_pod.ConversionError`):
   its ``deserved``, ``maxMember`` not below ``minMember``. Volcano's Queues: the
   ``volcano.sh/card.quota`` annotation only (their spec is Volcano's), by the same rule
   (``parse_card_quota``).
-- Workspaces: their shape (:func:`kgpu.kube.workspaces.placement_check.workspace_from_k8s`) on
+- Workspaces, kgpu's and KAITO's (``kaito.sh``, registered with ``--kaito-workspaces``):
+  their shape (:func:`kgpu.kube.workspaces.placement_check.read_workspace`) on
   CREATE and UPDATE; on CREATE only, also that some node group of the cluster fits them
   (:func:`kgpu.kube.workspaces.placement_check.validate_workspace`), denied with KAITO's "No
   suitable node group found: ..." and every group's reason. An UPDATE never re-places: the
@@ -54,11 +55,12 @@ from kgpu.kube.admission.device_writer import DeviceWriters, DeviceWriterUnavail
 from kgpu.kube.admission.node_access import NodeAccess
 from kgpu.kube.admission.queue_fence import QueueSource, fence_problem
 from kgpu.kube.admission.record_guard import KeySource, env_configmap_problem, record_problem
+from kgpu.kube.anchors.kaito import owned_by_kaito
 from kgpu.kube.api.resource_types import CRD_GROUP
 from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
 from kgpu.kube.workspaces.node_source import NodeSource, NodesUnavailable
-from kgpu.kube.workspaces.placement_check import validate_workspace, workspace_from_k8s
+from kgpu.kube.workspaces.placement_check import read_workspace, validate_workspace
 from kgpu.model.card import QUOTA_ANNOTATION, CardError, parse_card_quota
 from kgpu.model.pod import PodSpec
 
@@ -143,6 +145,7 @@ def review(
         and request.get("operation") == "CREATE"
         and isinstance(request.get("object"), Mapping)
         and workspaces is not None
+        and not owned_by_kaito(request["object"])
     ):
         user = request.get("userInfo")
         user = user if isinstance(user, Mapping) else {}
@@ -336,9 +339,13 @@ def _converted(convert: Callable[[Obj], object], obj: Obj) -> str | None:
 
 
 def workspace_problem(obj: Obj) -> str | None:
-    """A Workspace's shape: selector, replicas, preset or GPU memory (not its placement)."""
+    """A Workspace's shape: selector, replicas, preset or GPU memory (not its placement).
+    KAITO's Workspaces are read by its mapping (:mod:`kgpu.kube.anchors.kaito`), except
+    those KAITO's own controller has taken, which are KAITO's to judge."""
+    if owned_by_kaito(obj):
+        return None
     try:
-        workspace_from_k8s(obj)
+        read_workspace(obj)
     except ConversionError as exc:
         return str(exc)
     return None

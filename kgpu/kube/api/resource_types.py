@@ -75,6 +75,11 @@ KAI_PODGROUPS: Final = Resource(
 )
 # Cached by the Workspace controller's runner (kgpu.kube.workspaces.runner), not the loop.
 WORKSPACES: Final = Resource(CRD_GROUP, CRD_VERSION, "workspaces", "Workspace", namespaced=True)
+# KAITO's Workspace, reconciled beside kgpu's with `kgpu run --kaito-workspaces`
+# (kgpu.kube.anchors.kaito); its CRD is KAITO's to install.
+KAITO_WORKSPACES: Final = Resource(
+    "kaito.sh", "v1beta1", "workspaces", "Workspace", namespaced=True
+)
 
 # The path the API server posts AdmissionReviews to: served by the webhook
 # (kgpu.kube.admission.webhook_server), registered by the install (kgpu.kube.install.bundle).

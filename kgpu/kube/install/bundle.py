@@ -25,7 +25,10 @@ What each option of :class:`InstallOptions` (``kgpu manifests`` flag) sets:
 - ``replicas`` (``--replicas``, default 2): scheduler replicas; one leads, the others wait on
   the Lease, so a lost node costs seconds of scheduling, not a reschedule of the scheduler.
 - ``workspaces`` (``--workspaces/--no-workspaces``, default on): the Workspace controller in
-  the scheduler, and the role for its workloads; ``autoscale`` (``--autoscale``): trigger
+  the scheduler, and the role for its workloads; ``kaito_workspaces``
+  (``--kaito-workspaces``, with ``workspaces``): KAITO's ``kaito.sh`` Workspaces reconciled
+  and admitted too (the webhook's rule, the scheduler's flag and rights on them);
+  ``autoscale`` (``--autoscale``): trigger
   pods in the install's namespace, their PriorityClass, and NodeClaims read;
   ``tenant_namespaces`` (``--tenant-namespaces``): where the scheduler may write (every
   role, and why: :mod:`kgpu.kube.install.rbac`).
@@ -92,6 +95,8 @@ def scheduler_args(opts: InstallOptions) -> list[str]:
         f"--reservation-namespace={opts.namespace}" if opts.webhook else "--no-confine-shares",
         "--workspaces" if opts.workspaces else "--no-workspaces",
     ]
+    if opts.workspaces and opts.kaito_workspaces:
+        args.append("--kaito-workspaces")
     if opts.autoscale:
         # Trigger pods where the scheduler may create pods: the install's namespace.
         args += ["--autoscale", f"--trigger-namespace={opts.namespace}"]
@@ -283,7 +288,12 @@ def _webhook(opts: InstallOptions, tls: WebhookTls) -> list[Obj]:
         configuration(
             "ValidatingWebhookConfiguration",
             config_meta,
-            validating_webhooks(client, opts.failure_policy, devices=opts.agent),
+            validating_webhooks(
+                client,
+                opts.failure_policy,
+                devices=opts.agent,
+                kaito=opts.workspaces and opts.kaito_workspaces,
+            ),
         ),
         configuration(
             "MutatingWebhookConfiguration",

@@ -31,6 +31,9 @@ class InstallOptions:
     agent_node_selector: str = "nvidia.com/gpu.present=true"
     agent_runtime_class: str = ""  # "" : the nodes' default runtime gives the agent NVML
     workspaces: bool = True  # the Workspace controller in `kgpu run`, and its role
+    # KAITO's kaito.sh Workspaces too (with workspaces): the webhook's rule, the runner's
+    # informer and the rights on them (docs/MIGRATING.md, "From KAITO")
+    kaito_workspaces: bool = False
     autoscale: bool = False  # trigger pods in the install's namespace, and their role
     # Where the scheduler may write (bind, delete, patch pods; ConfigMaps; workloads):
     # () is every namespace (docs/SECURITY.md)

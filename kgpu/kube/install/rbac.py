@@ -13,6 +13,9 @@ with the flag that turns the feature on (docs/SECURITY.md, "What each account ma
   them out of kube-system.
 - ``<name>-workspaces`` (ClusterRole, with ``--workspaces``): the Workspace controller's
   Services, Deployments, StatefulSets and LeaderWorkerSets, in each Workspace's namespace.
+- ``<name>-kaito`` (ClusterRole, with ``--kaito-workspaces``): KAITO's Workspaces read;
+  ``<name>-kaito-workspaces`` (ClusterRole, bound as ``-workspaces`` is): their status
+  patched and their finalizers updated (the workload's owner reference).
 - ``<name>-autoscale`` (ClusterRole, with ``--autoscale``): Karpenter's NodeClaims and
   NodePools, read.
   The trigger pods' PriorityClass is an object of the install, so the scheduler creates no
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 from kgpu.kube.install.crds import GROUP
 from kgpu.kube.install.options import RBAC, InstallOptions, Obj, object_meta, rbac_rule
+from kgpu.kube.install.webhook_config import KAITO_GROUP
 
 # The trigger pods' PriorityClass (kgpu.kube.scaling.trigger_pods.TriggerPodConfig's
 # defaults; a test holds the two together): below every real pod, never preempting.
@@ -94,6 +98,20 @@ def workspace_rules() -> list[Obj]:
     ]
 
 
+def kaito_read_rules() -> list[Obj]:
+    """KAITO's Workspaces, cached by the runner's informer and read by each pass."""
+    return [rbac_rule([KAITO_GROUP], ["workspaces"], ["get", "list", "watch"])]
+
+
+def kaito_write_rules() -> list[Obj]:
+    """KAITO's Workspaces' status, and their finalizers for the workload's owner reference
+    (as :func:`workspace_rules` for kgpu's)."""
+    return [
+        rbac_rule([KAITO_GROUP], ["workspaces/status"], ["patch"]),
+        rbac_rule([KAITO_GROUP], ["workspaces/finalizers"], ["update"]),
+    ]
+
+
 def install_namespace_rules() -> list[Obj]:
     """Reservation pods (shares) and trigger pods (``--autoscale``): made, moved to another
     minor, and deleted, in the install's namespace only."""
@@ -120,11 +138,16 @@ def scheduler_rbac(opts: InstallOptions) -> list[Obj]:
     cluster: list[tuple[str, list[Obj]]] = [("", read_rules())]
     if opts.autoscale:
         cluster.append(("autoscale", autoscale_rules()))
+    kaito = opts.workspaces and opts.kaito_workspaces
+    if kaito:
+        cluster.append(("kaito", kaito_read_rules()))
     namespaced: list[tuple[str, list[Obj]]] = [("tenant", tenant_rules())]
     if opts.webhook:
         namespaced.append(("shares", shares_rules()))
     if opts.workspaces:
         namespaced.append(("workspaces", workspace_rules()))
+    if kaito:
+        namespaced.append(("kaito-workspaces", kaito_write_rules()))
     for suffix, rules in cluster:
         role = f"{name}-{suffix}" if suffix else name
         objects.append(_role("ClusterRole", opts, role, None, rules))

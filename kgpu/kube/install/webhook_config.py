@@ -6,7 +6,8 @@ cannot drift.
 - Validating (``/validate``): pods at CREATE and UPDATE (UPDATE: a pod may not move to a
   queue its namespace may not use, nor a bound pod change its queue label; status writes go
   to ``pods/status``, which this rule does not match, so the kubelet's updates do not call
-  the webhook), kgpu's and Volcano's Queues, PodGroups and Workspaces at CREATE and UPDATE.
+  the webhook), kgpu's and Volcano's Queues, PodGroups and Workspaces at CREATE and UPDATE
+  (and KAITO's ``kaito.sh`` Workspaces, with ``--kaito-workspaces``).
 - Validating: ConfigMaps labelled ``kgpu.io/gpu-env`` (a share's GPU environment) at CREATE
   and UPDATE, written only by kgpu (:mod:`kgpu.kube.admission.record_guard`).
 - Validating, with the node agent: kgpu.io Devices at CREATE, UPDATE and DELETE, and their
@@ -30,6 +31,7 @@ from kgpu.kube.install.crds import GROUP, VERSION
 from kgpu.kube.install.options import Obj
 
 SKIP_LABEL: Final = "kgpu.io/admission"
+KAITO_GROUP: Final = "kaito.sh"  # KAITO's Workspaces (kgpu.kube.anchors.kaito)
 ADMISSION_API: Final = "admissionregistration.k8s.io/v1"
 
 # The clientConfig for a path: a Service's or a URL's, with the caBundle.
@@ -49,9 +51,10 @@ def url_client(base_url: str, ca_pem: bytes) -> ClientFor:
 
 
 def validating_webhooks(
-    client_for: ClientFor, failure_policy: str, *, devices: bool = False
+    client_for: ClientFor, failure_policy: str, *, devices: bool = False, kaito: bool = False
 ) -> list[Obj]:
-    """``devices``: the install's node agents write Devices, each its own node's only."""
+    """``devices``: the install's node agents write Devices, each its own node's only.
+    ``kaito``: KAITO's Workspaces are kgpu's to place (``--kaito-workspaces``)."""
     client = client_for(WEBHOOK_PATH)
     ops = ["CREATE", "UPDATE"]
     hooks = [
@@ -90,6 +93,16 @@ def validating_webhooks(
             "rules": [_rule(GROUP, VERSION, ops, "workspaces")],
         },
     ]
+    if kaito:
+        hooks.append(
+            {
+                # The same checks as kgpu's own, through KAITO's mapping
+                # (kgpu.kube.anchors.kaito): the seed's denial, word for word.
+                **_hook("workspaces.kaito.sh", client, failure_policy),
+                "namespaceSelector": _skip(),
+                "rules": [_rule(KAITO_GROUP, "v1beta1", ops, "workspaces")],
+            }
+        )
     if devices:
         hooks.append(
             {

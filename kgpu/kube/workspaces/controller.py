@@ -34,6 +34,7 @@ from typing import Any, Final
 from kgpu.actions.workspace_placement import place_workspace, restore_placement
 from kgpu.framework.group_scheduler import NO_SUITABLE_GROUP, GroupScheduler, NoGroup
 from kgpu.framework.groups import NodeGroupKey
+from kgpu.kube.anchors.kaito import KaitoOutcome, is_kaito, kaito_status, owned_by_kaito
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, NotFound
 from kgpu.kube.api.resource_types import NODES, WORKSPACES, Resource
@@ -42,7 +43,7 @@ from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.workspaces.placement_check import (
     group_scheduler,
     grouping_from_k8s,
-    workspace_from_k8s,
+    read_workspace,
 )
 from kgpu.kube.workspaces.workload import (
     NODE_GROUP_ANNOTATION,
@@ -122,9 +123,12 @@ def reconcile(
     def status(conditions: list[Obj], **extra: Any) -> Obj:
         return {**extra, "conditions": merge_conditions(old, conditions)}
 
+    kaito = is_kaito(workspace)
     try:
-        ws = workspace_from_k8s(workspace)
+        ws = read_workspace(workspace)
     except ConversionError as exc:
+        if kaito:
+            return Reconcile(status=kaito_status(old, KaitoOutcome(generation, now, str(exc))))
         failed = [
             condition(FAILED, True, INVALID_WORKSPACE, str(exc), generation, now),
             condition(NODE_GROUP_SELECTED, False, INVALID_WORKSPACE, str(exc), generation, now),
@@ -160,7 +164,12 @@ def reconcile(
                     now,
                 ),
             ]
-            return Reconcile(status=status(denied), requeue_after=REQUEUE_NO_GROUP_S)
+            if kaito:
+                outcome = KaitoOutcome(generation, now, decided.message)
+                denied_status = kaito_status(old, outcome)
+            else:
+                denied_status = status(denied)
+            return Reconcile(status=denied_status, requeue_after=REQUEUE_NO_GROUP_S)
         placement = decided
         chosen = decided.summary
         workers = list(decided.nodes[: decided.nodes_needed])
@@ -204,7 +213,23 @@ def reconcile(
         ),
         condition(FAILED, False, "Running", "", generation, now),
     ]
-    out.status = status(conditions, nodeGroup=placement.key.encode(), workerNodes=workers)
+    if kaito:
+        # KAITO's status has no place for the group: it is kept on the workload alone.
+        outcome = KaitoOutcome(
+            generation,
+            now,
+            resources_ok=resources["status"] == "True",
+            resources_reason=resources["reason"],
+            resources_message=f"{chosen}; {resources['message']}",
+            ready=ready,
+            replicas=ws.replicas,
+            nodes_per_replica=placement.nodes_per_replica,
+            worker_nodes=tuple(workers),
+            selector=f"{WORKSPACE_LABEL}={ws.name}",
+        )
+        out.status = kaito_status(old, outcome)
+    else:
+        out.status = status(conditions, nodeGroup=placement.key.encode(), workerNodes=workers)
     out.requeue_after = None if serving else REQUEUE_NOT_READY_S
     return out
 
@@ -241,7 +266,9 @@ class WorkspaceController:
 
     ``multi_node`` None: a LeaderWorkerSet when its CRD is installed, else StatefulSets.
     ``nodes`` None: Nodes are listed from the API server when a Workspace is placed; ``kgpu
-    run`` passes its Node cache instead.
+    run`` passes its Node cache instead. ``resource``: kgpu's Workspaces, or KAITO's
+    (:data:`~kgpu.kube.api.resource_types.KAITO_WORKSPACES`), of which those KAITO's own
+    controller has taken (its finalizer) are left to it.
     """
 
     def __init__(
@@ -253,8 +280,10 @@ class WorkspaceController:
         multi_node: MultiNode | None = None,
         clock: Callable[[], float] = time.time,
         nodes: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+        resource: Resource = WORKSPACES,
     ) -> None:
         self.client = client
+        self.resource = resource
         self.nodes = nodes
         self.scheduler = group_scheduler(profile)
         self.options = options or WorkloadOptions()
@@ -292,9 +321,11 @@ class WorkspaceController:
     def reconcile(self, namespace: str, name: str) -> float | None:
         """One pass; the seconds after which to look again, or None."""
         try:
-            workspace = self.client.get(WORKSPACES, name, namespace)
+            workspace = self.client.get(self.resource, name, namespace)
         except NotFound:
             return None  # deleted: its workload goes with it (owner references)
+        if owned_by_kaito(workspace):
+            return None  # KAITO's controller acts on it; two would fight over the status
         existing = self._workload(namespace, name)
         nodes: Sequence[Mapping[str, Any]] = []
         if _stored_group(workspace, existing) is None:
@@ -311,13 +342,15 @@ class WorkspaceController:
         for kind, obj_name in out.delete:
             with contextlib.suppress(NotFound):
                 self.client.delete(WORKLOAD[kind], obj_name, namespace)
-        self.client.patch(WORKSPACES, name, {"status": out.status}, namespace, subresource="status")
+        self.client.patch(
+            self.resource, name, {"status": out.status}, namespace, subresource="status"
+        )
         return out.requeue_after
 
     def reconcile_all(self) -> dict[str, float | None]:
         """Every Workspace once; "namespace/name" to its requeue."""
         out = {}
-        for item in self.client.list(WORKSPACES).items:
+        for item in self.client.list(self.resource).items:
             meta = item.get("metadata", {})
             ns, name = meta.get("namespace") or "default", meta["name"]
             out[f"{ns}/{name}"] = self.reconcile(ns, name)

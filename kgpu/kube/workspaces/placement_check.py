@@ -33,16 +33,17 @@ from kgpu.actions.workspace_placement import (
 )
 from kgpu.framework.group_scheduler import GroupScheduler, NoGroup
 from kgpu.framework.groups import GroupNode, GroupProfile
+from kgpu.kube.anchors.kaito import is_kaito, workspace_from_kaito
+from kgpu.kube.objects.label_selector import label_selector_from_k8s
 from kgpu.kube.objects.node_pod import GPU_RESOURCE, ConversionError, node_from_k8s, object_ref
 from kgpu.model.node import NodeName
 from kgpu.model.presets import PRESETS, find_preset
 from kgpu.model.quantity import EXPECTED, QuantityError, non_negative, whole_number
 from kgpu.model.units import MIB
-from kgpu.model.workspace import LabelSelector, Operator, Requirement, WorkspaceKey, WorkspaceSpec
+from kgpu.model.workspace import WorkspaceKey, WorkspaceSpec
 from kgpu.plugins.registry import build_group_scheduler
 
 DEFAULT_GROUP_PROFILE: Final = "byo"
-_OPERATORS: Final = ", ".join(op.value for op in Operator)
 
 Obj = Mapping[str, Any]
 
@@ -98,41 +99,6 @@ def _string(ref: str, parent: Obj, key: str, field: str) -> str:
     return value
 
 
-def _selector(ref: str, resource: Obj) -> LabelSelector:
-    field = "resource.labelSelector"
-    selector = _mapping(ref, resource, "labelSelector", field)
-    labels = []
-    for k, v in _mapping(ref, selector, "matchLabels", f"{field}.matchLabels").items():
-        if not isinstance(v, str):
-            raise ConversionError(
-                ref, f"{field}.matchLabels[{k}]", v, "a string (quote it in YAML)"
-            )
-        labels.append((str(k), v))
-    expressions = selector.get("matchExpressions") or []
-    if not isinstance(expressions, list):
-        raise ConversionError(ref, f"{field}.matchExpressions", expressions, "a list")
-    requirements = []
-    for i, item in enumerate(expressions):
-        where = f"{field}.matchExpressions[{i}]"
-        if not isinstance(item, Mapping):
-            raise ConversionError(ref, where, item, "a mapping")
-        key = _string(ref, item, "key", f"{where}.key")
-        if not key:
-            raise ConversionError(ref, f"{where}.key", item.get("key"), "a non-empty string")
-        operator = item.get("operator")
-        if operator not in tuple(Operator):
-            raise ConversionError(ref, f"{where}.operator", operator, f"one of {_OPERATORS}")
-        values = item.get("values") or []
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise ConversionError(ref, f"{where}.values", values, "a list of strings")
-        op = Operator(operator)
-        if (op in (Operator.IN, Operator.NOT_IN)) != bool(values):
-            expected = "at least one value" if values == [] else f"no values with {op.value}"
-            raise ConversionError(ref, f"{where}.values", values, expected)
-        requirements.append(Requirement(key, op, tuple(values)))
-    return LabelSelector(tuple(sorted(labels)), tuple(requirements))
-
-
 def workspace_from_k8s(obj: Obj) -> WorkspaceSpec:
     """A Workspace: its selector, instance type, replicas and per-replica GPU memory."""
     ref = object_ref("Workspace", obj)
@@ -170,7 +136,7 @@ def workspace_from_k8s(obj: Obj) -> WorkspaceSpec:
         memory = preset.gpu_memory_mib
     return WorkspaceSpec(
         key=WorkspaceKey(f"{namespace}/{name}"),
-        selector=_selector(ref, resource),
+        selector=label_selector_from_k8s(ref, resource, "labelSelector", "resource.labelSelector"),
         replicas=replicas,
         gpu_memory_mib=memory,
         preset=preset.name if preset else preset_name,
@@ -178,6 +144,12 @@ def workspace_from_k8s(obj: Obj) -> WorkspaceSpec:
         model_id=preset.model_id if preset else (preset_name if "/" in preset_name else ""),
         instance_type=_string(ref, resource, "instanceType", "resource.instanceType"),
     )
+
+
+def read_workspace(obj: Obj) -> WorkspaceSpec:
+    """kgpu's Workspace or KAITO's (``kaito.sh``, :mod:`kgpu.kube.anchors.kaito`), by its
+    ``apiVersion``: the webhook, the controller and the simulator read both alike."""
+    return workspace_from_kaito(obj) if is_kaito(obj) else workspace_from_k8s(obj)
 
 
 def _memory(ref: str, value: object) -> int | None:
@@ -229,7 +201,7 @@ def grouping_from_k8s(nodes: Iterable[Obj]) -> Grouping:
 
 def place(obj: Obj, nodes: Iterable[Obj], scheduler: GroupScheduler | None = None) -> Placement:
     """Where the Workspace ``obj`` goes on ``nodes``; ConversionError if it is malformed."""
-    workspace = workspace_from_k8s(obj)
+    workspace = read_workspace(obj)
     return place_workspace(scheduler or group_scheduler(), workspace, grouping_from_k8s(nodes))
 
 

@@ -3,7 +3,8 @@
 :class:`kgpu.kube.workspaces.controller.WorkspaceController` does one pass over one
 Workspace; this module decides when passes happen, on one thread of its own:
 
-- On a change: an informer caches Workspaces (optional: a cluster without the CRD reads as
+- On a change: an informer caches Workspaces (and, with ``kaito``, a second one KAITO's
+  ``kaito.sh`` Workspaces; each optional: a cluster without the CRD reads as
   none, and is looked at again every 30 s). A Workspace is queued when it appears, and
   when anything but its ``metadata`` and ``status`` changed; so the controller's own status
   patch does not set off another pass, while raising ``inference.replicas`` does at once.
@@ -29,17 +30,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kgpu.kube.api.backoff import Backoff
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.informer import Informer
-from kgpu.kube.api.resource_types import WORKSPACES, object_key
+from kgpu.kube.api.resource_types import KAITO_WORKSPACES, WORKSPACES, object_key
 from kgpu.kube.workspaces.controller import WorkspaceController
 from kgpu.kube.workspaces.placement_check import DEFAULT_GROUP_PROFILE
 
 log = logging.getLogger(__name__)
+
+KAITO_PREFIX: Final = "kaito.sh:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,9 @@ class WorkspaceRunOptions:
     backoff_initial: float = 1.0
     backoff_max: float = 60.0
     idle_wait: float = 1.0  # how often a replica that does not lead asks again
+    # KAITO's kaito.sh Workspaces too (`kgpu run --kaito-workspaces`): a second, optional
+    # informer; those KAITO's own controller holds (its finalizer) are left to it.
+    kaito: bool = False
 
 
 def fingerprint(obj: Mapping[str, Any]) -> str:
@@ -83,6 +89,22 @@ class WorkspaceRunner:
         self.informer = Informer(
             client, WORKSPACES, on_change=self._changed, optional=True, watch_seconds=watch_seconds
         )
+        # Keys of KAITO's Workspaces carry KAITO_PREFIX, so that a kgpu.io and a kaito.sh
+        # Workspace of the same name are two entries of the one queue.
+        self.kaito: tuple[WorkspaceController, Informer] | None = None
+        if options.kaito:
+            self.kaito = (
+                WorkspaceController(
+                    client, profile=options.profile, nodes=nodes, resource=KAITO_WORKSPACES
+                ),
+                Informer(
+                    client,
+                    KAITO_WORKSPACES,
+                    on_change=lambda event, obj: self._changed(event, obj, KAITO_PREFIX),
+                    optional=True,
+                    watch_seconds=watch_seconds,
+                ),
+            )
         self._cond = threading.Condition()
         self._due: dict[str, float] = {}  # "namespace/name" -> when to reconcile it
         self._seen: dict[str, str] = {}  # "namespace/name" -> fingerprint last queued for
@@ -95,8 +117,18 @@ class WorkspaceRunner:
 
     # ------------------------------------------------------------------ running
 
+    def _informers(self) -> list[Informer]:
+        return [self.informer] + ([self.kaito[1]] if self.kaito is not None else [])
+
+    def _source(self, key: str) -> tuple[WorkspaceController, Informer, str]:
+        """The controller and informer of a queue key, and the key as "namespace/name"."""
+        if self.kaito is not None and key.startswith(KAITO_PREFIX):
+            return (*self.kaito, key.removeprefix(KAITO_PREFIX))
+        return self.controller, self.informer, key
+
     def start(self) -> WorkspaceRunner:
-        self.informer.start()
+        for informer in self._informers():
+            informer.start()
         self._thread.start()
         return self
 
@@ -107,12 +139,14 @@ class WorkspaceRunner:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
-        self.informer.stop()
+        for informer in self._informers():
+            informer.stop()
 
     def _run(self) -> None:
         leading = False
         while not self._stop.is_set():
-            if not (self.informer.synced.is_set() and self.ready()):
+            synced = all(i.synced.is_set() for i in self._informers())
+            if not (synced and self.ready()):
                 leading = False
                 self._stop.wait(self.options.idle_wait)
                 continue
@@ -120,6 +154,9 @@ class WorkspaceRunner:
                 leading = True
                 for obj in self.informer.items():
                     self._queue(object_key(obj), self.clock())
+                if self.kaito is not None:
+                    for obj in self.kaito[1].items():
+                        self._queue(KAITO_PREFIX + object_key(obj), self.clock())
             key = self._next()
             if key is not None:
                 self._reconcile(key)
@@ -142,9 +179,10 @@ class WorkspaceRunner:
             return key
 
     def _reconcile(self, key: str) -> None:
-        namespace, _, name = key.partition("/")
+        controller, informer, plain = self._source(key)
+        namespace, _, name = plain.partition("/")
         try:
-            requeue = self.controller.reconcile(namespace, name)
+            requeue = controller.reconcile(namespace, name)
         except Exception as exc:
             # API errors are expected now and then; anything else is a bug, but one
             # Workspace's bug must not stop the others being reconciled.
@@ -161,16 +199,16 @@ class WorkspaceRunner:
             return
         self.passes += 1
         self._backoff.pop(key, None)
-        if self.informer.get(key) is None:
+        if informer.get(plain) is None:
             return  # deleted meanwhile: its workload goes with it (owner references)
         after = requeue if requeue is not None else self.options.resync_s
         self._queue(key, self.clock() + after)
 
     # ------------------------------------------------------------------ changes
 
-    def _changed(self, event: str, obj: dict[str, Any]) -> None:
+    def _changed(self, event: str, obj: dict[str, Any], prefix: str = "") -> None:
         """Called on the informer's thread."""
-        key = object_key(obj)
+        key = prefix + object_key(obj)
         with self._cond:
             if event == "DELETED":
                 self._due.pop(key, None)
