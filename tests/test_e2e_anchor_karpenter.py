@@ -40,7 +40,7 @@ def test_a_nodepool_created_live_is_planned_with_without_a_restart(
     pool: dict[str, Any] = yaml.safe_load(NODEPOOL)
     pool["metadata"]["name"] = f"{tag}-gpu-a100-pool"
     pool["spec"]["template"]["metadata"]["labels"][TEST_LABEL] = tag
-    broken = {
+    broken: dict[str, Any] = {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
         "metadata": {"name": f"{tag}-broken"},
