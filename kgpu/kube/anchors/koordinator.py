@@ -41,7 +41,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from kgpu.kube.api.resource_types import Resource
 from kgpu.kube.objects.device_allocation import (
@@ -111,48 +111,47 @@ def advertised_gpus(obj: Mapping[str, Any]) -> tuple[int, int] | None:
         said = core or memory
         assert said is not None
         raise fields.fail(
-            said[0],
-            _shown(said[1]),
+            said.field,
+            said.raw,
             f"kubernetes.io/gpu-memory-ratio (or koordinator.sh/) beside it: {_PER_GPU}",
         )
-    field, amount = ratio
+    amount = ratio.amount
     if amount.denominator != 1 or amount % GPU_CORE_PER_GPU:
-        raise fields.fail(field, _shown(amount), _PER_GPU)
+        raise fields.fail(ratio.field, ratio.raw, _PER_GPU)
     count = int(amount) // GPU_CORE_PER_GPU
     if count > MAX_NODE_GPUS:
-        raise fields.fail(field, _shown(amount), f"at most {MAX_NODE_GPUS * GPU_CORE_PER_GPU}")
-    if core is not None and core[1] != amount:
-        raise fields.fail(core[0], _shown(core[1]), f"{_shown(amount)}, as {field} says")
+        raise fields.fail(ratio.field, ratio.raw, f"at most {MAX_NODE_GPUS * GPU_CORE_PER_GPU}")
+    if core is not None and core.amount != amount:
+        raise fields.fail(core.field, core.raw, f"{ratio.raw}, as {ratio.field} says")
     per_gpu = 0
     if memory is not None and count:
-        per_gpu = math.floor(memory[1] / count / MIB)
+        per_gpu = math.floor(memory.amount / count / MIB)
         if per_gpu > MAX_GPU_MEMORY_MIB:
             raise fields.fail(
-                memory[0], _shown(memory[1]), f"at most {MAX_GPU_MEMORY_MIB}Mi per GPU"
+                memory.field, memory.raw, f"at most {MAX_GPU_MEMORY_MIB}Mi per GPU ({count} GPUs)"
             )
     return count, per_gpu
 
 
-def _node_amount(
-    fields: Fields, alloc: Mapping[str, Any], where: str, suffix: str
-) -> tuple[str, Fraction] | None:
-    """(field, amount) of ``kubernetes.io/<suffix>`` or ``koordinator.sh/<suffix>``; both
-    may be there (while koordlet moves to the new name), then they must agree."""
-    found: list[tuple[str, Fraction]] = []
+class _Said(NamedTuple):
+    field: str
+    amount: Fraction
+    raw: object  # as written, for messages
+
+
+def _node_amount(fields: Fields, alloc: Mapping[str, Any], where: str, suffix: str) -> _Said | None:
+    """``kubernetes.io/<suffix>`` or ``koordinator.sh/<suffix>``; both may be there (while
+    koordlet moves to the new name), then they must agree."""
+    found: list[_Said] = []
     for prefix in KOORDINATOR_PREFIXES:
         value = alloc.get(prefix + suffix)
         if value is not None:
             field = f"status.{where}[{prefix}{suffix}]"
-            found.append((field, fields.quantity(value, field)))
-    if len(found) == 2 and found[0][1] != found[1][1]:
-        raise fields.fail(
-            found[1][0], _shown(found[1][1]), f"{_shown(found[0][1])}, as {found[0][0]}"
-        )
+            found.append(_Said(field, fields.quantity(value, field), value))
+    if len(found) == 2 and found[0].amount != found[1].amount:
+        first, second = found
+        raise fields.fail(second.field, second.raw, f"{first.raw}, as {first.field} says")
     return found[0] if found else None
-
-
-def _shown(amount: Fraction) -> int | float:
-    return int(amount) if amount.denominator == 1 else float(amount)
 
 
 # ---------------------------------------------------------------------------- Devices

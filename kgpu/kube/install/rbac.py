@@ -37,6 +37,8 @@ from kgpu.kube.install.options import RBAC, InstallOptions, Obj, object_meta, rb
 # defaults; a test holds the two together): below every real pod, never preempting.
 TRIGGER_PRIORITY_CLASS = "kgpu-autoscale-trigger"
 TRIGGER_PRIORITY = -5
+# Koordinator's Device (kgpu.kube.anchors.koordinator), read by the scheduler.
+KOORDINATOR_GROUP = "scheduling.koordinator.sh"
 
 
 def read_rules() -> list[Obj]:
@@ -46,6 +48,8 @@ def read_rules() -> list[Obj]:
         rbac_rule([""], ["pods"], ["get", "list", "watch"]),
         rbac_rule([""], ["nodes"], ["get", "list", "watch"]),
         rbac_rule([GROUP], crs, ["get", "list", "watch"]),
+        # Koordinator's Devices (koordlet's), a node's GPUs where it has no kgpu.io Device.
+        rbac_rule([KOORDINATOR_GROUP], ["devices"], ["get", "list", "watch"]),
         # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job; get:
         # whether the trigger pods' class exists.
         rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch"]),
