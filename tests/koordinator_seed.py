@@ -151,8 +151,14 @@ def device(name: str = "node-1") -> Obj:
 
 
 def pod(kind: str, name: str = "", namespace: str = "default", scheduler: str = "") -> Obj:
-    """A pod of one container whose ``resources`` are the seed's ``kind`` request."""
+    """A pod of one container whose ``resources`` are the seed's ``kind`` request. Its
+    extended resources are also its limits: the API server refuses a pod without them
+    ("Limit must be set for non overcommitable resources"), whoever schedules it."""
     container: Obj = {"name": "main", "image": "busybox", **yaml.safe_load(REQUESTS[kind])}
+    requests = container["resources"]["requests"]
+    container["resources"]["limits"] = {
+        k: v for k, v in requests.items() if k not in ("cpu", "memory")
+    }
     spec: Obj = {"containers": [container]}
     if scheduler:
         spec["schedulerName"] = scheduler
