@@ -289,9 +289,9 @@ def test_which_pods_asked_in_koordinators_names() -> None:
         False, True, True, True, True,
     ]  # fmt: skip
     koord = seed.pod("core-memory")
-    requests = koord["spec"]["containers"][0]["resources"]["requests"]
-    for name in ("gpu-core", "gpu-memory"):
-        requests[f"koordinator.sh/{name}"] = requests.pop(f"kubernetes.io/{name}")
+    for section in koord["spec"]["containers"][0]["resources"].values():
+        for name in ("gpu-core", "gpu-memory"):
+            section[f"koordinator.sh/{name}"] = section.pop(f"kubernetes.io/{name}")
     assert asked_in_koordinator_names(pod_from_k8s(koord))
     kai = seed.pod("compatible")
     kai["spec"]["containers"][0]["resources"] = {}
