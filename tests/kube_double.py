@@ -68,6 +68,12 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
     ("kgpu.io", "workspaces"): (True, "Workspace", "kgpu.io/v1alpha1"),
     # KAITO's, served once "installed" (KAITO installs its CRD, not kgpu).
     ("kaito.sh", "workspaces"): (True, "Workspace", "kaito.sh/v1beta1"),
+    # Koordinator's Device (koordlet's), read where a node has no kgpu.io Device.
+    ("scheduling.koordinator.sh", "devices"): (
+        False,
+        "Device",
+        "scheduling.koordinator.sh/v1alpha1",
+    ),
     # What the Workspace controller renders; LeaderWorkerSets only once "installed".
     ("", "services"): (True, "Service", "v1"),
     ("apps", "deployments"): (True, "Deployment", "apps/v1"),

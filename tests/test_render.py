@@ -166,6 +166,8 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         (("kgpu.io",), crs): ("get", "list", "watch"),
         # KAI Scheduler's Queues and PodGroups, read beside kgpu's; never their status
         (("scheduling.run.ai",), ("queues", "podgroups")): ("get", "list", "watch"),
+        # Koordinator's Devices, a node's GPUs where it has no kgpu.io Device
+        (("scheduling.koordinator.sh",), ("devices",)): ("get", "list", "watch"),
         # list and watch: the cache PodGroups' spec.priorityClassName is read from;
         # no create: the trigger pods' class is installed with the rest
         (("scheduling.k8s.io",), ("priorityclasses",)): ("get", "list", "watch"),

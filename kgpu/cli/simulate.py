@@ -124,6 +124,10 @@ def simulate_manifests(
         cells = (r.pod, str(r.status), r.node, gpus, r.message)
         table.add_row(*(Text(printable(c)) for c in cells), style=style)
     console.print(table)
+    for r in run.results:
+        if r.device_allocated:  # what koordlet would read on the pod
+            line = f"{r.pod}: scheduling.koordinator.sh/device-allocated {r.device_allocated}"
+            console.print(printable(line), markup=False, highlight=False)
     count = Counter(r.status for r in run.results)
     placed = count[PodStatus.RUNNING] + count[PodStatus.SCHEDULED]
     moved = (

@@ -26,9 +26,11 @@ class PodResult:
     gpus: tuple[int, ...] = ()  # GPU minors
     gpu_milli: int = 0  # per GPU; 1000 for whole GPUs
     message: str = ""
+    # scheduling.koordinator.sh/device-allocated, for a pod that asked in Koordinator's names
+    device_allocated: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "pod": self.pod,
             "source": self.source,
             "status": str(self.status),
@@ -37,6 +39,9 @@ class PodResult:
             "gpu_milli": self.gpu_milli,
             "message": self.message,
         }
+        if self.device_allocated:  # only then: the other pods' output stays as it was
+            out["device_allocated"] = self.device_allocated
+        return out
 
 
 @dataclass(slots=True)

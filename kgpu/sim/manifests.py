@@ -8,7 +8,10 @@ PriorityClasses give pods their priority as the admission plugin would; KAITO's
 Workspaces become their workload's pods or a denial (:mod:`kgpu.sim.manifest_workspaces`);
 kgpu's Queues and PodGroups (``kgpu.io``), and KAI Scheduler's (``scheduling.run.ai``, read
 as ``kgpu run`` reads them: :mod:`kgpu.kube.anchors.kai`), make the run a session
-(:mod:`kgpu.sim.manifest_session`); other kinds are skipped with a note.
+(:mod:`kgpu.sim.manifest_session`); a node's Device (``kgpu.io``, or Koordinator's
+``scheduling.koordinator.sh``; kgpu's wins where a node has both, as live) gives its GPUs;
+other kinds are skipped with a note. A placed pod that asked in Koordinator's names also
+shows the ``scheduling.koordinator.sh/device-allocated`` annotation ``kgpu run`` would write.
 
 Pods already bound (``spec.nodeName``) are accounted on their node first, as running. The
 others are scheduled one at a time by priority, highest first, then in file order. A pod
@@ -23,7 +26,7 @@ they run there once their victims are gone).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +37,22 @@ from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Placement, Scheduler
 from kgpu.kube.anchors.kai import is_kai
+from kgpu.kube.anchors.koordinator import (
+    device_by_node,
+    is_koordinator_device,
+    koordinator_notes,
+    node_info,
+)
+from kgpu.kube.objects.device_allocation import render_allocation
 from kgpu.kube.objects.node_pod import (
     ConversionError,
-    node_from_k8s,
     object_ref,
     pod_from_k8s,
     pod_node_name,
 )
 from kgpu.kube.snapshot.cache_snapshot import PendingPod
 from kgpu.model.node import NodeInfo, NodeName
-from kgpu.model.pod import PodSpec
+from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins.node.gpu_fit import GpuFit
 from kgpu.plugins.node.resource_fit import NodeResourcesFit
 from kgpu.plugins.registry import PluginContext, build_scheduler
@@ -53,6 +62,8 @@ from kgpu.sim.manifest_workspaces import is_workspace, workspace_pods
 from kgpu.sim.yaml_documents import load_documents
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import typical_pods
+
+_BOUND = (PodStatus.RUNNING, PodStatus.SCHEDULED)
 
 # Every cluster has these two, whether or not the manifests define them.
 BUILTIN_PRIORITY_CLASSES = {
@@ -216,10 +227,12 @@ def _convert(documents: list[Document]) -> _Converted:
     out.classes = classes
     seen_nodes: set[str] = set()
     seen_pods: dict[str, str] = {}
+    devices = _devices(documents)
+    names = {_name(d.obj) for d in documents if d.kind == "Node"}
     for doc in documents:
         if doc.kind == "Node":
             try:
-                node = node_from_k8s(doc.obj)
+                node = node_info(doc.obj, devices.get(_name(doc.obj)))
             except ConversionError as exc:
                 out.notes.append(f"{doc.source}: node skipped: {exc}")
                 continue
@@ -252,6 +265,9 @@ def _convert(documents: list[Document]) -> _Converted:
             str(doc.obj.get("apiVersion")).startswith("kgpu.io/") or is_kai(doc.obj)
         ):
             out.groups.append(doc.obj)  # read by the live loop's reader, KAI's as KAI's
+        elif doc.kind == "Device" and _is_device(doc.obj):
+            if _name(doc.obj) not in names:
+                out.notes.append(f"{doc.source}: {_describe(doc)} skipped: no Node of its name")
         elif doc.kind != "PriorityClass":
             out.notes.append(
                 # Worded as before KAI's objects were read: the note is in the decision
@@ -262,9 +278,29 @@ def _convert(documents: list[Document]) -> _Converted:
     return out
 
 
+def _is_device(obj: Mapping[str, Any]) -> bool:
+    return str(obj.get("apiVersion")).startswith("kgpu.io/") or is_koordinator_device(obj)
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def _devices(documents: list[Document]) -> dict[str, Mapping[str, Any]]:
+    """Each node's Device, as the live scheduler picks it (kgpu's over Koordinator's)."""
+    found = [d.obj for d in documents if d.kind == "Device" and _is_device(d.obj)]
+    return device_by_node(
+        (d for d in found if not is_koordinator_device(d)),
+        (d for d in found if is_koordinator_device(d)),
+    )
+
+
 def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
     converted = _convert(read_documents(directory))
     pods = converted.pods
+    specs = {str(p.spec.key): p.spec for p in pods}
     state = ClusterState(converted.nodes)
     context = PluginContext(typical_pods=typical_pods(p.spec for p in pods))
     profile = load_profile(policy)
@@ -297,7 +333,20 @@ def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
         for pod in waiting:
             run.results.append(_schedule(state, scheduler, pod))
     run.results.extend(converted.unreadable)
+    run.results = [_with_koordinator_record(state, r, specs) for r in run.results]
     return run
+
+
+def _with_koordinator_record(
+    state: ClusterState, result: PodResult, specs: Mapping[str, PodSpec]
+) -> PodResult:
+    """``result`` with the Koordinator record ``kgpu run`` would write with its Binding."""
+    alloc = state.allocations.get(PodKey(result.pod))
+    spec = specs.get(result.pod)
+    if alloc is None or spec is None or result.status not in _BOUND:
+        return result
+    notes = koordinator_notes(spec, render_allocation(state, alloc))
+    return replace(result, device_allocated=next(iter(notes.values()), ""))
 
 
 def _account_bound(state: ClusterState, scheduler: Scheduler, pod: _Pod) -> PodResult:

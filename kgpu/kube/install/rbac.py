@@ -43,6 +43,8 @@ from kgpu.kube.install.webhook_config import KAITO_GROUP
 # defaults; a test holds the two together): below every real pod, never preempting.
 TRIGGER_PRIORITY_CLASS = "kgpu-autoscale-trigger"
 TRIGGER_PRIORITY = -5
+# Koordinator's Device (kgpu.kube.anchors.koordinator), read by the scheduler.
+KOORDINATOR_GROUP = "scheduling.koordinator.sh"
 
 
 def read_rules() -> list[Obj]:
@@ -54,6 +56,8 @@ def read_rules() -> list[Obj]:
         rbac_rule([GROUP], crs, ["get", "list", "watch"]),
         # KAI Scheduler's Queues and PodGroups, read (never written: KAI's own objects).
         rbac_rule(["scheduling.run.ai"], ["queues", "podgroups"], ["get", "list", "watch"]),
+        # Koordinator's Devices (koordlet's), a node's GPUs where it has no kgpu.io Device.
+        rbac_rule([KOORDINATOR_GROUP], ["devices"], ["get", "list", "watch"]),
         # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job; get:
         # whether the trigger pods' class exists.
         rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch"]),

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from kgpu.kube.anchors.koordinator import DEVICE_ALLOCATED_ANNOTATION, device_allocated
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
@@ -98,6 +99,11 @@ class AllocationCorrector:
                 self._report_conflict(d)
             else:
                 notes = render_allocation(snap.state, snap.state.allocations[d.key])
+                if DEVICE_ALLOCATED_ANNOTATION in (meta(d.obj).get("annotations") or {}):
+                    # Koordinator's copy follows kgpu's record, so koordlet sees the same GPUs.
+                    notes[DEVICE_ALLOCATED_ANNOTATION] = device_allocated(
+                        notes[ALLOCATION_ANNOTATION]
+                    )
                 if self.record_key is not None:
                     notes = self._signed(d, notes)
                 self.submit(partial(self._correct, d, notes, mark))

@@ -39,6 +39,7 @@ from dataclasses import replace
 from typing import Any
 
 from kgpu.actions.allocate import Bind, undo
+from kgpu.kube.anchors.koordinator import koordinator_notes
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.event_recorder import NORMAL, WARNING, EventRecorder
 from kgpu.kube.api.informer import Informer
@@ -116,6 +117,9 @@ class HandOver:
         # not only whole or shared GPUs: the node agent reads the devices from here.
         held = alloc.gpus or alloc.rdma or alloc.fpga or alloc.mig_count
         annotations = render_allocation(snap.state, alloc) if held else {}
+        # Koordinator's copy for koordlet, for pods that asked in its names; not signed:
+        # never read back (kgpu's record above is the truth).
+        annotations.update(koordinator_notes(seen.spec, annotations))
         if queue:
             annotations[ADMITTED_QUEUE_ANNOTATION] = queue
         if self.record_key is not None and annotations:

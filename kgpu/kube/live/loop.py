@@ -48,6 +48,7 @@ from kgpu.actions.session_runner import run_session, session_config
 from kgpu.config import load_profile
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
+from kgpu.kube.anchors.koordinator import device_by_node
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
 from kgpu.kube.api.informer import Informer
@@ -141,6 +142,7 @@ class SchedulerLoop:
         record_key: RecordKey | None = None,
         anchor_queues: Sequence[Informer] = (),
         anchor_podgroups: Sequence[Informer] = (),
+        koordinator_devices: Informer | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -148,6 +150,8 @@ class SchedulerLoop:
         # Device resources (one per node, from the node agent) give GPU UUIDs, health,
         # NVLink topology and the kubelet's checkpoint of other schedulers' GPUs.
         self.devices = devices
+        # Koordinator's Devices (koordlet's): a node's Device where it has no kgpu.io one.
+        self.koordinator_devices = koordinator_devices
         self.recorder = recorder
         self.metrics = metrics
         self.config = config or LoopConfig()
@@ -234,8 +238,9 @@ class SchedulerLoop:
                 informer.on_change = self._queue_changed
         if priority_classes is not None:
             priority_classes.on_change = self._priority_class_changed
-        if devices is not None:
-            devices.on_change = self._node_changed  # health and topology change placements
+        for informer in (devices, koordinator_devices):
+            if informer is not None:
+                informer.on_change = self._node_changed  # health and topology move placements
         # A session ran since this replica last became leader; and a bound pod of ours
         # changed since the last session (its phase counts in its PodGroup's status).
         self._led = False
@@ -366,8 +371,11 @@ class SchedulerLoop:
             assumed = dict(self._assumed)
             generation = self._generation
         devices = (
-            {str(d["metadata"]["name"]): d for d in self.devices.items()}
-            if self.devices is not None
+            device_by_node(
+                self.devices.items() if self.devices is not None else (),
+                self.koordinator_devices.items() if self.koordinator_devices is not None else (),
+            )
+            if self.devices is not None or self.koordinator_devices is not None
             else None
         )
         snap = self._builder.build(nodes, pods, assumed, devices)

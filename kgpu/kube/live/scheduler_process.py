@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from kgpu.kube.anchors.karpenter import NODECLAIMS, NODEPOOLS
+from kgpu.kube.anchors.koordinator import KOORDINATOR_DEVICES
 from kgpu.kube.api.client import KubeClient, Timeouts, load_configuration
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.event_recorder import EventRecorder
@@ -137,7 +138,18 @@ class RunningScheduler:
         # A PodGroup's spec.priorityClassName is its job's priority. Built in since v1.14,
         # so not optional: without it jobs would rank wrongly until it listed.
         self.priority_classes = Informer(self.client, PRIORITY_CLASSES, watch_seconds=watch)
-        self.informers = [self.nodes, self.pods, self.priority_classes, *self.custom, *self.kai]
+        # Koordinator's Devices (koordlet's), read where a node has no kgpu.io Device.
+        self.koordinator_devices = Informer(
+            self.client, KOORDINATOR_DEVICES, optional=True, watch_seconds=watch
+        )
+        self.informers = [
+            self.nodes,
+            self.pods,
+            self.priority_classes,
+            *self.custom,
+            *self.kai,
+            self.koordinator_devices,
+        ]
         self.claims: Informer | None = None
         self.nodepools: Informer | None = None
         if options.autoscale is not None:
@@ -174,6 +186,7 @@ class RunningScheduler:
             is_leader=elector.is_leader if elector is not None else lambda: True,
             synced=self.synced,
             devices=next(i for i in self.custom if i.resource == DEVICES),
+            koordinator_devices=self.koordinator_devices,
             queues=next(i for i in self.custom if i.resource == QUEUES),
             podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
             priority_classes=self.priority_classes,

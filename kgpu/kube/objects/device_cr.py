@@ -146,7 +146,7 @@ def devices_from_k8s(obj: Mapping[str, Any]) -> NodeDevices:
         )
         found[kind].append((device, peers))
     gpus = sorted(found["gpu"], key=lambda d: d[0].minor)
-    checkpoints, refused = _checkpoints(fields, annotations, tuple(d for d, _ in gpus))
+    checkpoints, refused = read_checkpoints(fields, annotations, tuple(d for d, _ in gpus))
     text = annotations.get(TOPOLOGY_ANNOTATION)
     links = None
     if text is not None:
@@ -169,7 +169,7 @@ def devices_from_k8s(obj: Mapping[str, Any]) -> NodeDevices:
     )
 
 
-def _checkpoints(
+def read_checkpoints(
     fields: Fields, annotations: Mapping[str, str], gpus: tuple[Device, ...]
 ) -> tuple[tuple[Checkpoint, ...], tuple[str, ...]]:
     """The checkpoint entries to use, and why the others are refused.

@@ -112,12 +112,23 @@ def _identify(kind: str, obj: Mapping[str, Any]) -> tuple[Fields, Mapping[str, A
 # ---------------------------------------------------------------------------- nodes
 
 
-def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = None) -> NodeInfo:
+def node_from_k8s(
+    obj: Mapping[str, Any],
+    device: Mapping[str, Any] | None = None,
+    *,
+    devices: NodeDevices | None = None,
+    agent_gpus: tuple[int, int] | None = None,
+) -> NodeInfo:
     """A Node: allocatable resources, GFD labels, taints and cordon, and its devices.
 
     ``device`` is the node's ``kgpu.io/v1alpha1`` Device resource when there is one: its
     GPUs (UUIDs, health, memory, topology) then are the node's GPUs. The node annotation
     ``kgpu.io/gpu-topology`` gives the GPU link matrix (and wins over the Device's).
+
+    An anchor's own objects come already read (:mod:`kgpu.kube.anchors`): ``devices`` is
+    another agent's Device in place of ``device``, ``agent_gpus`` the (GPUs, MiB per GPU)
+    another agent's node resources say, used only where the device plugin and GFD's labels
+    say nothing.
     """
     fields, meta = _identify("Node", obj)
     labels = fields.strings(meta, "labels", "label")
@@ -156,9 +167,15 @@ def node_from_k8s(obj: Mapping[str, Any], device: Mapping[str, Any] | None = Non
         gpus = label_count if label_count is not None else (gpus or 0) // replicas
     elif gpus is None:
         # Without the device plugin's figure, GFD's count of the hardware is what there is.
-        gpus = label_count or 0
-    gpu_memory = (label_number(GPU_MEMORY_LABEL, MAX_GPU_MEMORY_MIB, " of MiB") or 0) if gpus else 0
-    devices = None if device is None else devices_from_k8s(device)
+        gpus = label_count or (agent_gpus[0] if agent_gpus else 0)
+    gpu_memory = (
+        (label_number(GPU_MEMORY_LABEL, MAX_GPU_MEMORY_MIB, " of MiB") or 0)
+        or (agent_gpus[1] if agent_gpus else 0)
+        if gpus
+        else 0
+    )
+    if device is not None:
+        devices = devices_from_k8s(device)
     links_text = annotations.get(TOPOLOGY_ANNOTATION)
     links = (
         None

@@ -24,10 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kgpu.kube.anchors.koordinator import DEVICE_ALLOCATED_ANNOTATION, node_info
 from kgpu.kube.api.resource_types import meta
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, DeviceAllocation, parse
 from kgpu.kube.objects.gpu_env import asks_device_plugin, own_env
-from kgpu.kube.objects.node_pod import ConversionError, node_from_k8s, object_ref, pod_from_k8s
+from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s
 from kgpu.kube.objects.record_signature import RECORDS, RecordKey
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
@@ -78,8 +79,9 @@ def pod_fields(obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
     )
 
 
-# What a Binding adds to a pod's annotations (kgpu.kube.live.binder).
-_BINDING_ANNOTATIONS = frozenset(RECORDS)
+# What a Binding adds to a pod's annotations (kgpu.kube.live.binder): kgpu's records, and
+# Koordinator's copy of the allocation for koordlet (kgpu.kube.anchors.koordinator).
+_BINDING_ANNOTATIONS = frozenset((*RECORDS, DEVICE_ALLOCATED_ANNOTATION))
 
 
 def read_pod(
@@ -196,14 +198,15 @@ class ConversionCache:
     def node(
         self, key: str, obj: Mapping[str, Any], device: Mapping[str, Any] | None = None
     ) -> NodeInfo | ConversionError:
-        """The node ``key`` read together with its Device resource, if it has one."""
+        """The node ``key`` read together with its Device resource (kgpu's or
+        Koordinator's), if it has one."""
         version = _version(obj) + ("/" + _version(device) if device else "")
         known = self._nodes.get(key)
         self._nodes_seen.add(key)
         if known is not None and known[0] == version and version:
             return known[1]
         try:
-            node: NodeInfo | ConversionError = node_from_k8s(obj, device)
+            node: NodeInfo | ConversionError = node_info(obj, device)
         except ConversionError as exc:
             node = exc
         self._nodes[key] = (version, node)
