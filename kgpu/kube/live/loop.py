@@ -139,6 +139,8 @@ class SchedulerLoop:
         podgroups: Informer | None = None,
         priority_classes: Informer | None = None,
         record_key: RecordKey | None = None,
+        volcano_queues: Informer | None = None,
+        volcano_podgroups: Informer | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -155,6 +157,9 @@ class SchedulerLoop:
         # Queues and PodGroups (absent without the CRDs: every pod is then in "default").
         self.queues = queues
         self.podgroups = podgroups
+        # Volcano's Queues and PodGroups, read beside kgpu's (absent without its CRDs).
+        self.volcano_queues = volcano_queues
+        self.volcano_podgroups = volcano_podgroups
         # The PriorityClasses PodGroups name in spec.priorityClassName: their jobs' priority.
         self.priority_classes = priority_classes
         self._queue_reader = QueueReader()
@@ -224,7 +229,7 @@ class SchedulerLoop:
         self.decide_s = 0.0
         nodes.on_change = self._node_changed
         pods.on_change = self._pod_changed
-        for informer in (queues, podgroups):
+        for informer in (queues, podgroups, volcano_queues, volcano_podgroups):
             if informer is not None:
                 informer.on_change = self._queue_changed
         if priority_classes is not None:
@@ -327,7 +332,9 @@ class SchedulerLoop:
             return True
         if self._env is not None and self._env.due(now):
             return True
-        if self._bound_changed and self.podgroups is not None and len(self.podgroups):
+        if self._bound_changed and any(
+            i is not None and len(i) for i in (self.podgroups, self.volcano_podgroups)
+        ):
             return True
         with self._lock:
             if any(w.retry_at <= now for w in self._book.waiting.values()):
@@ -368,6 +375,8 @@ class SchedulerLoop:
             self.queues.items() if self.queues is not None else (),
             self.podgroups.items() if self.podgroups is not None else (),
             self.priority_classes.items() if self.priority_classes is not None else (),
+            self.volcano_queues.items() if self.volcano_queues is not None else (),
+            self.volcano_podgroups.items() if self.volcano_podgroups is not None else (),
         )
         stats.snapshot_s = time.perf_counter() - started
         self._warn(snap.problems)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from kgpu.kube.anchors.volcano import VOLCANO_PODGROUPS, VOLCANO_QUEUES
 from kgpu.kube.api.client import KubeClient, Timeouts, load_configuration
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.event_recorder import EventRecorder
@@ -129,7 +130,15 @@ class RunningScheduler:
         # A PodGroup's spec.priorityClassName is its job's priority. Built in since v1.14,
         # so not optional: without it jobs would rank wrongly until it listed.
         self.priority_classes = Informer(self.client, PRIORITY_CLASSES, watch_seconds=watch)
-        self.informers = [self.nodes, self.pods, self.priority_classes, *self.custom]
+        # Volcano's Queues and PodGroups, read beside kgpu's (kgpu.kube.anchors.volcano);
+        # a cluster without Volcano's CRDs reads as none.
+        self.volcano = [
+            Informer(self.client, r, optional=True, watch_seconds=watch)
+            for r in (VOLCANO_QUEUES, VOLCANO_PODGROUPS)
+        ]
+        self.informers = [
+            self.nodes, self.pods, self.priority_classes, *self.custom, *self.volcano
+        ]  # fmt: skip
         self.claims: Informer | None = None
         if options.autoscale is not None:
             self.claims = Informer(self.client, NODECLAIMS, optional=True, watch_seconds=watch)
@@ -167,6 +176,8 @@ class RunningScheduler:
             podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
             priority_classes=self.priority_classes,
             record_key=self.record_key,
+            volcano_queues=self.volcano[0],
+            volcano_podgroups=self.volcano[1],
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:

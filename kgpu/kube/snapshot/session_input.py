@@ -42,11 +42,16 @@ binder records.
 from __future__ import annotations
 
 import time
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kgpu.framework.session_snapshot import Snapshot
+from kgpu.kube.anchors.volcano import (
+    is_root_queue,
+    volcano_podgroup_from_k8s,
+    volcano_queue_from_k8s,
+)
 from kgpu.kube.api.resource_types import meta, object_key, parse_time, resource_version, uid
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.objects.queue_podgroup import (
@@ -79,6 +84,9 @@ class QueueObjects:
     problems: list[Problem] = field(default_factory=list)
     priorities: dict[JobKey, int] = field(default_factory=dict)
     fences: QueueFences = field(default_factory=QueueFences)
+    # Which of queue_objs and podgroup_objs are Volcano's (scheduling.volcano.sh): their
+    # status is Volcano's shape, and a Queue's is its queue controller's to write.
+    volcano: set[str] = field(default_factory=set)
 
     @property
     def enforced(self) -> bool:
@@ -107,9 +115,7 @@ class QueueReader:
         if known is not None and known[0] == version and version:
             return known[1]
         try:
-            read: QueueSpec | JobSpec | ConversionError = (
-                queue_from_k8s(obj) if kind == "Queue" else podgroup_from_k8s(obj)
-            )
+            read: QueueSpec | JobSpec | ConversionError = _CONVERTERS[kind](obj)
         except ConversionError as exc:
             read = exc
         self._seen[mark] = (version, read)
@@ -120,38 +126,61 @@ class QueueReader:
         queue_objs: Iterable[Obj],
         podgroup_objs: Iterable[Obj],
         priority_class_objs: Iterable[Obj] = (),
+        volcano_queues: Iterable[Obj] = (),
+        volcano_podgroups: Iterable[Obj] = (),
     ) -> QueueObjects:
+        """``volcano_queues`` and ``volcano_podgroups``: Volcano's objects, read beside
+        kgpu's; where both name one queue or PodGroup, kgpu's own is used and Volcano's left
+        out with a Warning (``Shadowed``), so that a switch never mixes two definitions."""
         out = QueueObjects()
         classes = {str(meta(c).get("name")): c.get("value") for c in priority_class_objs}
         live: set[tuple[str, str]] = set()
-        for obj in sorted(queue_objs, key=object_key):
-            live.add(("Queue", uid(obj) or object_key(obj)))
-            name = str(meta(obj).get("name") or "")
-            out.queue_objs[name] = obj
-            spec = self._read("Queue", obj)
-            if isinstance(spec, QueueSpec):
-                out.queues.append(spec)
-            else:
-                out.invalid[name] = f"{spec}; the queue is left out"
-                out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
+        kgpu_queues = sorted(queue_objs, key=object_key)
+        theirs = [q for q in sorted(volcano_queues, key=object_key) if not is_root_queue(q)]
+        for kind, objs in (("Queue", kgpu_queues), ("VolcanoQueue", theirs)):
+            for obj in objs:
+                live.add((kind, uid(obj) or object_key(obj)))
+                name = str(meta(obj).get("name") or "")
+                if name in out.queue_objs:
+                    out.problems.append(Problem(obj, SHADOWED, _shadowed("Queue", name)))
+                    continue
+                out.queue_objs[name] = obj
+                if kind != "Queue":
+                    out.volcano.add(name)
+                spec = self._read(kind, obj)
+                if isinstance(spec, QueueSpec):
+                    out.queues.append(spec)
+                else:
+                    out.invalid[name] = f"{spec}; the queue is left out"
+                    out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
         out.fences = QueueFences.from_objects(out.queue_objs.values())
         for problem in QueueTree(out.queues).problems:
             found = out.queue_objs.get(problem.queue)
             if found is not None:
                 out.invalid[problem.queue] = f"{problem.message}; the queue is left out"
                 out.problems.append(Problem(found, "InvalidQueue", out.invalid[problem.queue]))
-        for obj in sorted(podgroup_objs, key=object_key):
-            live.add(("PodGroup", uid(obj) or object_key(obj)))
-            key = JobKey(object_key(obj) if meta(obj).get("namespace") else "")
-            job = self._read("PodGroup", obj)
-            if isinstance(job, JobSpec):
-                out.jobs[job.key] = job
-                out.podgroup_objs[job.key] = obj
-                self._read_priority(obj, job.key, classes, out)
-            elif key:
-                out.podgroup_objs[key] = obj
-                out.invalid[key] = f"{job}; its pods are not scheduled until it is fixed"
-                out.problems.append(Problem(obj, "InvalidPodGroup", out.invalid[key]))
+        groups = (
+            ("PodGroup", sorted(podgroup_objs, key=object_key)),
+            ("VolcanoPodGroup", sorted(volcano_podgroups, key=object_key)),
+        )
+        for kind, objs in groups:
+            for obj in objs:
+                live.add((kind, uid(obj) or object_key(obj)))
+                key = JobKey(object_key(obj) if meta(obj).get("namespace") else "")
+                if key and key in out.podgroup_objs:
+                    out.problems.append(Problem(obj, SHADOWED, _shadowed("PodGroup", key)))
+                    continue
+                if key and kind != "PodGroup":
+                    out.volcano.add(key)
+                job = self._read(kind, obj)
+                if isinstance(job, JobSpec):
+                    out.jobs[job.key] = job
+                    out.podgroup_objs[job.key] = obj
+                    self._read_priority(obj, job.key, classes, out)
+                elif key:
+                    out.podgroup_objs[key] = obj
+                    out.invalid[key] = f"{job}; its pods are not scheduled until it is fixed"
+                    out.problems.append(Problem(obj, "InvalidPodGroup", out.invalid[key]))
         for mark in [m for m in self._seen if m not in live]:
             del self._seen[mark]
         return out
@@ -170,6 +199,22 @@ class QueueReader:
             return
         if priority is not None:
             out.priorities[key] = priority
+
+
+_CONVERTERS: dict[str, Callable[[Obj], QueueSpec | JobSpec]] = {
+    "Queue": queue_from_k8s,
+    "PodGroup": podgroup_from_k8s,
+    "VolcanoQueue": volcano_queue_from_k8s,
+    "VolcanoPodGroup": volcano_podgroup_from_k8s,
+}
+SHADOWED = "Shadowed"
+
+
+def _shadowed(kind: str, name: str) -> str:
+    return (
+        f"{kind} {name} (scheduling.volcano.sh) is not used: a kgpu.io {kind} of that name "
+        "exists, and kgpu uses it; rename or delete one of them"
+    )
 
 
 INVALID_PODGROUP = "InvalidPodGroup"

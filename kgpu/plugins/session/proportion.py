@@ -134,6 +134,8 @@ class Proportion:
             if not queues_agree(reclaimer, theirs_q, involved):
                 return False
             for q in lcas[(reclaimer.queue, theirs_q)][1]:
+                if not tree.specs[q].reclaimable:
+                    return False  # Volcano's reclaimable: false, on the victim's side
                 held, deserved = ledger.allocated[q], tree.specs[q].deserved
                 for r in involved:
                     floor = deserved.get(r, 0)
