@@ -5,8 +5,10 @@ apply -f DIR``) is read in name order, each document in file order; a ``List`` (
 ``PodList``/``NodeList`` as ``kubectl get -o yaml`` writes them) stands for its items. Nodes
 and Pods go through :mod:`kgpu.kube.objects.node_pod`, the parsing the live scheduler uses;
 PriorityClasses give pods their priority as the admission plugin would; kgpu's Queues and
-PodGroups (``kgpu.io``) make the run a session (:mod:`kgpu.sim.manifest_session`); other
-kinds are skipped with a note.
+PodGroups (``kgpu.io``), and Volcano's (``scheduling.volcano.sh``), make the run a session
+(:mod:`kgpu.sim.manifest_session`); a Volcano Job (``batch.volcano.sh``) stands for the
+PodGroup and pods Volcano's job controller makes of it
+(:mod:`kgpu.kube.anchors.volcano_job`); other kinds are skipped with a note.
 
 Pods already bound (``spec.nodeName``) are accounted on their node first, as running. The
 others are scheduled one at a time by priority, highest first, then in file order. A pod
@@ -31,6 +33,7 @@ import yaml
 from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Placement, Scheduler
+from kgpu.kube.anchors.volcano_job import expand_job, is_volcano_job
 from kgpu.kube.objects.node_pod import (
     ConversionError,
     node_from_k8s,
@@ -209,35 +212,53 @@ def _convert(documents: list[Document]) -> _Converted:
             seen_nodes.add(node.name)
             out.nodes.append(node)
         elif doc.kind == "Pod":
-            ref = object_ref("Pod", doc.obj)
-            key = ref.removeprefix("Pod ")
-            try:
-                obj = _with_priority(doc.obj, classes, default_priority)
-                spec = pod_from_k8s(obj)
-                node_name = pod_node_name(doc.obj)
-            except ConversionError as exc:
-                out.unreadable.append(
-                    PodResult(key, doc.source, PodStatus.PENDING, message=str(exc))
-                )
-                continue
-            if key in seen_pods:
-                message = f"{ref} is defined twice; the first is at {seen_pods[key]}"
-                out.unreadable.append(
-                    PodResult(key, doc.source, PodStatus.PENDING, message=message)
-                )
-                continue
-            seen_pods[key] = doc.source
-            out.pods.append(_Pod(len(out.pods), doc.source, spec, node_name, obj))
+            _add_pod(out, doc, classes, default_priority, seen_pods)
         elif doc.kind in ("Queue", "PodGroup") and str(doc.obj.get("apiVersion")).startswith(
-            "kgpu.io/"
+            ("kgpu.io/", "scheduling.volcano.sh/")
         ):
             out.groups.append(doc.obj)
+        elif is_volcano_job(doc.obj):
+            # What Volcano's job controller makes of it: a PodGroup and the tasks' pods.
+            try:
+                group, made = expand_job(doc.obj)
+            except ConversionError as exc:
+                out.notes.append(f"{doc.source}: {_describe(doc)} skipped: {exc}")
+                continue
+            out.groups.append(group)
+            for pod in made:
+                name = pod["metadata"]["name"]
+                source = f"{doc.source} pod {name}"
+                _add_pod(out, Document(source, pod), classes, default_priority, seen_pods)
         elif doc.kind != "PriorityClass":
             out.notes.append(
-                f"{doc.source}: {_describe(doc)} skipped: only Node, Pod, PriorityClass and "
-                "kgpu.io Queue and PodGroup are simulated"
+                f"{doc.source}: {_describe(doc)} skipped: only Node, Pod, PriorityClass, "
+                "kgpu.io Queue and PodGroup, and Volcano's Queue, PodGroup and Job are simulated"
             )
     return out
+
+
+def _add_pod(
+    out: _Converted,
+    doc: Document,
+    classes: dict[str, int],
+    default_priority: int | None,
+    seen_pods: dict[str, str],
+) -> None:
+    ref = object_ref("Pod", doc.obj)
+    key = ref.removeprefix("Pod ")
+    try:
+        obj = _with_priority(doc.obj, classes, default_priority)
+        spec = pod_from_k8s(obj)
+        node_name = pod_node_name(doc.obj)
+    except ConversionError as exc:
+        out.unreadable.append(PodResult(key, doc.source, PodStatus.PENDING, message=str(exc)))
+        return
+    if key in seen_pods:
+        message = f"{ref} is defined twice; the first is at {seen_pods[key]}"
+        out.unreadable.append(PodResult(key, doc.source, PodStatus.PENDING, message=message))
+        return
+    seen_pods[key] = doc.source
+    out.pods.append(_Pod(len(out.pods), doc.source, spec, node_name, obj))
 
 
 def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
