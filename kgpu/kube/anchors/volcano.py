@@ -37,7 +37,7 @@ and what was expected; the caller reports it and schedules the rest.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Final
@@ -53,6 +53,11 @@ from kgpu.model.card import (
     parse_card_request,
 )
 from kgpu.model.job import JobKey, JobSpec
+from kgpu.model.ledger import (
+    INSUFFICIENT_CPU_QUOTA,
+    INSUFFICIENT_MEMORY_QUOTA,
+    INSUFFICIENT_SCALAR_QUOTA,
+)
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec, with_card_quota
 from kgpu.model.resources import CPU, GPU, MEMORY
 from kgpu.model.units import MIB, MILLI_PER_CPU, MILLI_PER_GPU
@@ -66,6 +71,17 @@ ROOT_QUEUE: Final = "root"
 
 # What kgpu accounts of a ResourceList; other names are passed over (see the docstring).
 RESOURCE_NAMES: Final = {"cpu": CPU, "memory": MEMORY, "nvidia.com/gpu": GPU}
+
+
+# The capacity-card plugin's refusal reasons, which events on pods of Volcano's queues carry
+# (kgpu's own queues say FailedScheduling, as kube-scheduler does).
+SEED_REASONS: Final = (INSUFFICIENT_CPU_QUOTA, INSUFFICIENT_MEMORY_QUOTA, INSUFFICIENT_SCALAR_QUOTA)
+
+
+def volcano_reason(code: str, queue: str, volcano: Container[str]) -> bool:
+    """Whether a pod refused with ``code`` in ``queue`` is told ``code`` as its event's
+    reason: a quota refusal in one of Volcano's queues (``volcano``: their names)."""
+    return code in SEED_REASONS and queue in volcano
 
 
 def volcano_queue_ref(obj: Mapping[str, Any]) -> str:
