@@ -37,6 +37,8 @@ from kgpu.kube.install.options import RBAC, InstallOptions, Obj, object_meta, rb
 # defaults; a test holds the two together): below every real pod, never preempting.
 TRIGGER_PRIORITY_CLASS = "kgpu-autoscale-trigger"
 TRIGGER_PRIORITY = -5
+# Volcano's scheduling group (kgpu.kube.anchors.volcano.GROUP; the install imports no model).
+VOLCANO_GROUP = "scheduling.volcano.sh"
 
 
 def read_rules() -> list[Obj]:
@@ -54,6 +56,8 @@ def read_rules() -> list[Obj]:
         rbac_rule([""], ["events"], ["create", "patch"]),
         # Cluster-scoped objects, whose status the scheduler reports.
         rbac_rule([GROUP], ["queues/status"], ["update", "patch"]),
+        # Volcano's Queues and PodGroups, read beside kgpu's (kgpu.kube.anchors.volcano).
+        rbac_rule([VOLCANO_GROUP], ["queues", "podgroups"], ["get", "list", "watch"]),
     ]
 
 
@@ -65,6 +69,9 @@ def tenant_rules() -> list[Obj]:
         rbac_rule([""], ["pods"], ["delete", "patch"]),
         rbac_rule([""], ["pods/binding"], ["create"]),
         rbac_rule([GROUP], ["podgroups/status"], ["update", "patch"]),
+        # A Volcano PodGroup's phase (Inqueue, Running) is the scheduler's to report, as
+        # Volcano's own scheduler does; its Queues' status stays Volcano's queue controller's.
+        rbac_rule([VOLCANO_GROUP], ["podgroups/status"], ["update", "patch"]),
     ]
 
 
