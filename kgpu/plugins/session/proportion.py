@@ -12,7 +12,9 @@ the queues' demand (:mod:`kgpu.model.fair_share`, explained in docs/QUEUES.md). 
   two queues, every queue on the victim's side is over its fair share in a resource the
   unit holds and keeps at least its deserved quota once the unit is gone, and every queue
   on the reclaimer's side stays within its fair share with the reclaimer's needs added.
-  The last rule is what keeps two queues from taking the same GPUs back and forth.
+  The last rule is what keeps two queues from taking the same GPUs back and forth. A
+  queue on the victim's side that is not ``reclaimable`` (Volcano's ``reclaimable:
+  false``) gives nothing.
 """
 
 from __future__ import annotations
