@@ -59,8 +59,10 @@ def _as_volcanos_controller(cluster: Cluster, job: dict[str, Any]) -> None:  # n
     for pod in pods:
         pod["spec"]["schedulerName"] = cluster.scheduler  # what a switching team sets
         pod["spec"]["nodeSelector"] = {TEST_LABEL: cluster.scheduler}
-        for container in pod["spec"]["containers"]:
-            container.setdefault("image", "busybox")  # the seed leaves it out; a pod needs one
+        for i, container in enumerate(pod["spec"]["containers"]):
+            # The seed leaves these out of its examples; a pod needs them.
+            container.setdefault("image", "busybox")
+            container.setdefault("name", f"c{i}")
     cluster.add_pods(pods)
 
 
@@ -128,3 +130,52 @@ def test_the_seeds_card_quota_of_five_holds_at_five_and_a_missing_podgroup_is_sa
     finally:
         with contextlib.suppress(KubeError):
             client.delete(VOLCANO_QUEUES, "team-a")
+
+
+def test_the_seeds_multi_card_and_mps_examples(
+    cluster: Cluster,  # noqa: F811
+    client: KubeClient,  # noqa: F811
+    volcano: None,
+    tmp_path: Path,
+) -> None:
+    """Example 2: A100|H100 with A100 quota to spare: all four on A100 (one card type per
+    job). Example 3: 16 pods of one MPS replica each on a node of 4 A100 × 8 replicas."""
+    tag = cluster.scheduler
+    mps = node_obj(f"{tag}-mps", gpus=4, product=seed.A100, labels=seed.EXAMPLE_3_NODE_LABELS)
+    mps["status"]["allocatable"].update(seed.EXAMPLE_3_ALLOCATABLE)
+    mps["status"]["allocatable"].pop("nvidia.com/gpu")
+    mps["status"]["capacity"] = mps["status"]["allocatable"]
+    cluster.add_nodes(
+        [
+            node_obj(f"{tag}-a100", gpus=4, product=seed.A100),
+            node_obj(f"{tag}-h100", gpus=4, product=seed.H100),
+            mps,
+        ]
+    )
+    queues = [seed.load(seed.EXAMPLE_1_QUEUE), seed.load(seed.EXAMPLE_3_QUEUE)]
+    for queue in queues:
+        client.create(VOLCANO_QUEUES, queue)
+    try:
+        for text in (seed.EXAMPLE_2_JOB, seed.EXAMPLE_3_JOB):
+            _as_volcanos_controller(
+                cluster, client.create(JOBS, seed.load(text), cluster.namespace)
+            )
+        log = tmp_path / "kgpu-run.log"
+        process = cluster.run(log)
+        try:
+            try:
+                wait_until(lambda: len(cluster.bound()) == 20, timeout=90)
+            except AssertionError:
+                raise AssertionError(f"{cluster.bound()}\n{log.read_text()[-3000:]}") from None
+            bound = cluster.bound()
+            flexible = {n for p, n in bound.items() if p.startswith("flexible-training-")}
+            inference = {n for p, n in bound.items() if p.startswith("inference-")}
+            assert flexible == {f"{tag}-a100"}
+            assert inference == {f"{tag}-mps"}
+        finally:
+            _stop(process)
+        assert process.returncode == 0, log.read_text()
+    finally:
+        for queue in queues:
+            with contextlib.suppress(KubeError):
+                client.delete(VOLCANO_QUEUES, queue["metadata"]["name"])
