@@ -160,8 +160,8 @@ def test_lists_other_kinds_and_broken_nodes(tmp_path: Path) -> None:
     assert run.notes == [
         'a.yaml#1 items[1]: node skipped: Node broken: status.allocatable[cpu] is "many", '
         "expected a quantity such as 500m, 4, 1.5, 8Gi or 1e3",
-        "a.yaml#3: Deployment ml/web skipped: only Node, Pod, PriorityClass, kgpu.io Queue and PodGroup, and Volcano's Queue, PodGroup and Job are simulated",
-        "a.yaml#4: ConfigMap cfg skipped: only Node, Pod, PriorityClass, kgpu.io Queue and PodGroup, and Volcano's Queue, PodGroup and Job are simulated",
+        "a.yaml#3: Deployment ml/web skipped: only Node, Pod, PriorityClass and kgpu.io Queue and PodGroup are simulated",
+        "a.yaml#4: ConfigMap cfg skipped: only Node, Pod, PriorityClass and kgpu.io Queue and PodGroup are simulated",
     ]
 
 
