@@ -173,12 +173,15 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         (("scheduling.k8s.io",), ("priorityclasses",)): ("get", "list", "watch"),
         (("",), ("events",)): ("create", "patch"),
         (("kgpu.io",), ("queues/status",)): ("update", "patch"),
+        # Volcano's objects, read beside kgpu's; never written but a PodGroup's status
+        (("scheduling.volcano.sh",), ("queues", "podgroups")): ("get", "list", "watch"),
     }
     # In the pods' namespaces: bind, delete victims, correct device annotations. No create.
     assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-tenant")) == {
         (("",), ("pods",)): ("delete", "patch"),
         (("",), ("pods/binding",)): ("create",),
         (("kgpu.io",), ("podgroups/status",)): ("update", "patch"),
+        (("scheduling.volcano.sh",), ("podgroups/status",)): ("update", "patch"),
     }
     # the GPU environment of shares, written in their namespaces; nothing read in bulk
     assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-shares")) == {
@@ -321,7 +324,12 @@ def test_webhook_rules(install: list[Obj]) -> None:
             ("kgpu.io", ("CREATE", "UPDATE"), "queues"),
             ("scheduling.volcano.sh", ("CREATE", "UPDATE"), "queues"),
         ],
-        "podgroups.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "podgroups")],
+        "podgroups.kgpu.io": [
+            ("kgpu.io", ("CREATE", "UPDATE"), "podgroups"),
+            # Volcano's: their volcano.sh/card.request
+            ("scheduling.volcano.sh", ("CREATE", "UPDATE"), "podgroups"),
+            ("batch.volcano.sh", ("CREATE", "UPDATE"), "jobs"),
+        ],
         "workspaces.kgpu.io": [("kgpu.io", ("CREATE", "UPDATE"), "workspaces")],
         # a share's GPU environment: only kgpu writes it
         "gpu-env.configmaps.kgpu.io": [("", ("CREATE", "UPDATE"), "configmaps")],

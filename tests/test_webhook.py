@@ -572,3 +572,38 @@ def test_a_burst_of_workspaces_costs_one_node_list(double: KubeDouble, tmp_path:
         assert nodes.lists == node_lists(double) == 2
     finally:
         client.close()
+
+
+REQUEST = "volcano.sh/card.request"
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version"),
+    [("Job", "batch.volcano.sh/v1alpha1"), ("PodGroup", "scheduling.volcano.sh/v1beta1")],
+)
+def test_volcano_jobs_and_podgroups_card_request_is_checked(
+    server: tuple[WebhookServer, ssl.SSLContext], kind: str, api_version: str
+) -> None:
+    """The capacity-card seed's pre-validation, at creation: a bad card.request is denied
+    with what is wrong; a good one, and none, are allowed (the rest is Volcano's)."""
+    obj: dict[str, Any] = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": "training", "namespace": "ml",
+                     "annotations": {REQUEST: '{"NVIDIA-A100-80GB": -4}'}},
+        "spec": {"minAvailable": 4, "minMember": 4, "queue": "team-a"},
+    }  # fmt: skip
+    response = admit(server, review(obj))
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        f'{kind} ml/training: annotation {REQUEST}["NVIDIA-A100-80GB"] is -4, '
+        "expected a whole number of cards, at least 0"
+    )
+    obj["metadata"]["annotations"][REQUEST] = '{"NVIDIA-A100-80GB|NVIDIA-H100-80GB": 4}'
+    assert admit(server, review(obj))["allowed"] is True
+    del obj["metadata"]["annotations"]
+    assert admit(server, review(obj))["allowed"] is True
+    # A Kubernetes batch/v1 Job of the same kind name is not ours to judge.
+    other = {**obj, "apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": "j", "namespace": "ml", "annotations": {REQUEST: "{"}}}  # fmt: skip
+    assert admit(server, review(other))["allowed"] is True

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Container, Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -39,6 +40,7 @@ from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session import Action, Session
 from kgpu.framework.session_result import SessionResult, job_figures, queue_figures
 from kgpu.framework.session_snapshot import Snapshot
+from kgpu.model.queue import guarantee_ceilings
 from kgpu.plugins import names
 from kgpu.plugins.registry import build_session_plugins
 from kgpu.plugins.session.proportion import capacity
@@ -77,6 +79,11 @@ def session_config(profile: Profile) -> SessionConfig:
 
 def open_session(snapshot: Snapshot, scheduler: Scheduler, config: SessionConfig) -> Session:
     plugins = build_session_plugins(config.plugins, config.plugin_args)
+    if any(queue.guarantee for queue in snapshot.queues):
+        # Volcano's guarantee is lent to no one: the others' limits leave it free. Only
+        # Volcano's Queues have one, so no other session changes (or pays for the sum).
+        queues = guarantee_ceilings(snapshot.queues, capacity(snapshot.state))
+        snapshot = replace(snapshot, queues=queues)
     return Session(snapshot, scheduler, plugins)
 
 

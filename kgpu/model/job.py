@@ -27,6 +27,9 @@ class JobSpec:
     alternatives to whole cards, checked against the queue's card quota at enqueue.
     ``min_resources`` is the PodGroup's ``spec.minResources`` (cpu milli, memory MiB, GPU
     milli): what enqueue holds the job to at least, when its first pods ask for less.
+    ``one_card_type``: all its tasks on one card, the card of the first placed (Volcano's
+    capacity-card: "all tasks in a job use the same card type"); else each task takes the
+    first of its card alternatives with room.
     """
 
     key: JobKey
@@ -37,6 +40,7 @@ class JobSpec:
     created: float = 0.0
     card_request: Mapping[tuple[str, ...], int] = field(default_factory=dict)
     min_resources: Mapping[str, int] = field(default_factory=dict)
+    one_card_type: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,15 @@ Every resource of a queue (``cpu``, ``memory``, ``gpu`` and each card name; see
 - ``limit``: the most it may ever hold, borrowed or not (missing: no limit);
 - ``over_quota_weight``: its weight when what no quota claims is divided (missing: 1).
 
+Two options give Volcano's Queues (:mod:`kgpu.kube.anchors.volcano`) Volcano's meaning, and
+leave every other queue as it was:
+
+- ``guarantee``: resources held for the queue alone, never lent: every queue not on its path
+  is held below what the cluster offers less the guarantees of the others (Volcano's
+  capacity plugin: ``realCapability = total - others' guarantee``), whether or not the queue
+  uses them (:func:`guarantee_ceilings`);
+- ``reclaimable`` False: what the queue holds past its deserved is never reclaimed.
+
 ``priority`` puts a queue ahead of its siblings when over-quota resources are divided and
 when the scheduler picks the next queue; ``min_runtime_s`` protects its pods from
 preemption and reclaim until they have run that long.
@@ -21,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from kgpu.model.card import parse_card_quota
@@ -41,6 +50,8 @@ class QueueSpec:
     # The Queue's own cardUnlimitedCpuMemory: its CPU and memory limits do not hold pods
     # that take a card (the capacity-card argument of that name sets it for every queue).
     card_unlimited_cpu_memory: bool = False
+    guarantee: Mapping[str, int] = field(default_factory=dict)
+    reclaimable: bool = True
 
     def weight(self, resource: str) -> float:
         return self.over_quota_weight.get(resource, 1.0)
@@ -54,21 +65,53 @@ def with_card_quota(queue: QueueSpec, quota: Mapping[str, int]) -> QueueSpec:
     itself wins.
     """
     milli = {name: count * 1000 for name, count in quota.items()}
-    return QueueSpec(
-        name=queue.name,
-        parent=queue.parent,
-        deserved={**milli, **queue.deserved},
-        limit={**milli, **queue.limit},
-        over_quota_weight=queue.over_quota_weight,
-        priority=queue.priority,
-        min_runtime_s=queue.min_runtime_s,
-        card_unlimited_cpu_memory=queue.card_unlimited_cpu_memory,
-    )
+    return replace(queue, deserved={**milli, **queue.deserved}, limit={**milli, **queue.limit})
 
 
 def queue_from_annotation(queue: QueueSpec, text: str) -> QueueSpec:
     """``with_card_quota`` over the text of ``volcano.sh/card.quota`` (CardError if bad)."""
     return with_card_quota(queue, parse_card_quota(text))
+
+
+def guarantee_ceilings(specs: Sequence[QueueSpec], total: Mapping[str, int]) -> list[QueueSpec]:
+    """``specs`` with what the other queues' guarantees hold back as limits: a queue may hold
+    of a resource at most ``total`` less the guarantees of the queues off its path (its own
+    and its ancestors' are its own to use, its descendants' it holds for them). A guarantee
+    nested in another's counts once, in the outermost. Unchanged when no queue has one."""
+    if not any(spec.guarantee for spec in specs):
+        return list(specs)
+    by_name = {spec.name: spec for spec in specs}
+
+    def ancestors(name: str) -> list[str]:
+        out: list[str] = []
+        spec = by_name.get(name)
+        while spec is not None and spec.parent and spec.parent not in out:
+            out.append(spec.parent)
+            spec = by_name.get(spec.parent)
+        return out
+
+    lines = {spec.name: ancestors(spec.name) for spec in specs}
+    out = []
+    for spec in specs:
+        mine = {spec.name, *lines[spec.name]}
+        held: dict[str, int] = {}
+        for other in specs:
+            if other.name in mine or spec.name in lines[other.name]:
+                continue  # on its path, or below it (its own jobs' guarantee)
+            for resource, amount in other.guarantee.items():
+                outer = [a for a in lines[other.name] if a not in mine]
+                if any(resource in by_name[a].guarantee for a in outer if a in by_name):
+                    continue  # counted in the outermost guarantee
+                held[resource] = held.get(resource, 0) + amount
+        if not held:
+            out.append(spec)
+            continue
+        limit = dict(spec.limit)
+        for resource, amount in held.items():
+            ceiling = max(total.get(resource, 0) - amount, 0)
+            limit[resource] = min(limit.get(resource, ceiling), ceiling)
+        out.append(replace(spec, limit=limit))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +232,9 @@ def _bad_amounts(spec: QueueSpec) -> QueueProblem | None:
             return QueueProblem(
                 spec.name, f"overQuotaWeight[{resource}]", weight, "a number of at least 0"
             )
+    for resource, amount in spec.guarantee.items():
+        if amount < 0:
+            return QueueProblem(spec.name, f"guarantee[{resource}]", amount, "at least 0")
     if spec.min_runtime_s < 0:
         return QueueProblem(spec.name, "minRuntime", spec.min_runtime_s, "at least 0 seconds")
     return None

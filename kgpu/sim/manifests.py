@@ -6,12 +6,15 @@ apply -f DIR``) is read in name order, each document in file order; a ``List`` (
 and Pods go through :mod:`kgpu.kube.objects.node_pod`, the parsing the live scheduler uses;
 PriorityClasses give pods their priority as the admission plugin would; KAITO's
 Workspaces become their workload's pods or a denial (:mod:`kgpu.sim.manifest_workspaces`);
-kgpu's Queues and PodGroups (``kgpu.io``), and KAI Scheduler's (``scheduling.run.ai``, read
-as ``kgpu run`` reads them: :mod:`kgpu.kube.anchors.kai`), make the run a session
-(:mod:`kgpu.sim.manifest_session`); a node's Device (``kgpu.io``, or Koordinator's
-``scheduling.koordinator.sh``; kgpu's wins where a node has both, as live) gives its GPUs;
-other kinds are skipped with a note. A placed pod that asked in Koordinator's names also
-shows the ``scheduling.koordinator.sh/device-allocated`` annotation ``kgpu run`` would write.
+kgpu's Queues and PodGroups (``kgpu.io``), KAI Scheduler's (``scheduling.run.ai``, read as
+``kgpu run`` reads them: :mod:`kgpu.kube.anchors.kai`) and Volcano's
+(``scheduling.volcano.sh``) make the run a session (:mod:`kgpu.sim.manifest_session`); a
+Volcano Job (``batch.volcano.sh``) stands for the PodGroup and pods Volcano's job
+controller makes of it (:mod:`kgpu.kube.anchors.volcano_job`); a node's Device
+(``kgpu.io``, or Koordinator's ``scheduling.koordinator.sh``; kgpu's wins where a node has
+both, as live) gives its GPUs; other kinds are skipped with a note. A placed pod that asked
+in Koordinator's names also shows the ``scheduling.koordinator.sh/device-allocated``
+annotation ``kgpu run`` would write.
 
 Pods already bound (``spec.nodeName``) are accounted on their node first, as running. The
 others are scheduled one at a time by priority, highest first, then in file order. A pod
@@ -43,6 +46,7 @@ from kgpu.kube.anchors.koordinator import (
     koordinator_notes,
     node_info,
 )
+from kgpu.kube.anchors.volcano_job import expand_job, is_volcano_job
 from kgpu.kube.objects.device_allocation import render_allocation
 from kgpu.kube.objects.node_pod import (
     ConversionError,
@@ -242,36 +246,31 @@ def _convert(documents: list[Document]) -> _Converted:
             seen_nodes.add(node.name)
             out.nodes.append(node)
         elif doc.kind == "Pod":
-            ref = object_ref("Pod", doc.obj)
-            key = ref.removeprefix("Pod ")
-            try:
-                obj = _with_priority(doc.obj, classes, default_priority)
-                spec = pod_from_k8s(obj)
-                node_name = pod_node_name(doc.obj)
-            except ConversionError as exc:
-                out.unreadable.append(
-                    PodResult(key, doc.source, PodStatus.PENDING, message=str(exc))
-                )
-                continue
-            if key in seen_pods:
-                message = f"{ref} is defined twice; the first is at {seen_pods[key]}"
-                out.unreadable.append(
-                    PodResult(key, doc.source, PodStatus.PENDING, message=message)
-                )
-                continue
-            seen_pods[key] = doc.source
-            out.pods.append(_Pod(len(out.pods), doc.source, spec, node_name, obj))
+            _add_pod(out, doc, classes, default_priority, seen_pods)
         elif doc.kind in ("Queue", "PodGroup") and (
-            str(doc.obj.get("apiVersion")).startswith("kgpu.io/") or is_kai(doc.obj)
+            str(doc.obj.get("apiVersion")).startswith(("kgpu.io/", "scheduling.volcano.sh/"))
+            or is_kai(doc.obj)
         ):
-            out.groups.append(doc.obj)  # read by the live loop's reader, KAI's as KAI's
+            out.groups.append(doc.obj)  # read by the live loop's reader, each as its own
+        elif is_volcano_job(doc.obj):
+            # What Volcano's job controller makes of it: a PodGroup and the tasks' pods.
+            try:
+                group, made = expand_job(doc.obj)
+            except ConversionError as exc:
+                out.notes.append(f"{doc.source}: {_describe(doc)} skipped: {exc}")
+                continue
+            out.groups.append(group)
+            for pod in made:
+                name = pod["metadata"]["name"]
+                source = f"{doc.source} pod {name}"
+                _add_pod(out, Document(source, pod), classes, default_priority, seen_pods)
         elif doc.kind == "Device" and _is_device(doc.obj):
             if _name(doc.obj) not in names:
                 out.notes.append(f"{doc.source}: {_describe(doc)} skipped: no Node of its name")
         elif doc.kind != "PriorityClass":
             out.notes.append(
-                # Worded as before KAI's objects were read: the note is in the decision
-                # digests of the examples (tests/test_decision_digests.py).
+                # The anchors' kinds are read too (above); the note keeps its words, which
+                # the examples' decision digests hold (tests/test_decision_digests.py).
                 f"{doc.source}: {_describe(doc)} skipped: only Node, Pod, PriorityClass and "
                 "kgpu.io Queue and PodGroup are simulated"
             )
@@ -295,6 +294,30 @@ def _devices(documents: list[Document]) -> dict[str, Mapping[str, Any]]:
         (d for d in found if not is_koordinator_device(d)),
         (d for d in found if is_koordinator_device(d)),
     )
+
+
+def _add_pod(
+    out: _Converted,
+    doc: Document,
+    classes: dict[str, int],
+    default_priority: int | None,
+    seen_pods: dict[str, str],
+) -> None:
+    ref = object_ref("Pod", doc.obj)
+    key = ref.removeprefix("Pod ")
+    try:
+        obj = _with_priority(doc.obj, classes, default_priority)
+        spec = pod_from_k8s(obj)
+        node_name = pod_node_name(doc.obj)
+    except ConversionError as exc:
+        out.unreadable.append(PodResult(key, doc.source, PodStatus.PENDING, message=str(exc)))
+        return
+    if key in seen_pods:
+        message = f"{ref} is defined twice; the first is at {seen_pods[key]}"
+        out.unreadable.append(PodResult(key, doc.source, PodStatus.PENDING, message=message))
+        return
+    seen_pods[key] = doc.source
+    out.pods.append(_Pod(len(out.pods), doc.source, spec, node_name, obj))
 
 
 def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:

@@ -61,7 +61,13 @@ from kgpu.kube.objects.node_pod import ConversionError, pod_from_k8s, show
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, queue_from_k8s
 from kgpu.kube.workspaces.node_source import NodeSource, NodesUnavailable
 from kgpu.kube.workspaces.placement_check import read_workspace, validate_workspace
-from kgpu.model.card import QUOTA_ANNOTATION, CardError, parse_card_quota
+from kgpu.model.card import (
+    QUOTA_ANNOTATION,
+    REQUEST_ANNOTATION,
+    CardError,
+    parse_card_quota,
+    parse_card_request,
+)
 from kgpu.model.pod import PodSpec
 
 GPU_MEMORY_ANNOTATION: Final = "gpu-memory"
@@ -240,6 +246,8 @@ def _problem(request: Obj, obj: object, scheduler_name: str) -> str | None:
         return queue_problem(obj)
     if kind == "PodGroup":
         return podgroup_problem(obj)
+    if kind == "Job" and str(obj.get("apiVersion", "")).startswith("batch.volcano.sh/"):
+        return card_request_problem("Job", obj)
     if kind == "Workspace":
         return workspace_problem(obj)
     return None
@@ -322,8 +330,28 @@ def queue_problem(obj: Obj) -> str | None:
 
 
 def podgroup_problem(obj: Obj) -> str | None:
-    """A kgpu.io PodGroup, judged by the scheduler's converter (gang sizes, card request)."""
-    return _converted(podgroup_from_k8s, obj) if _is_kgpu(obj) else None
+    """A kgpu.io PodGroup, judged by the scheduler's converter (gang sizes, card request);
+    of Volcano's, whose spec is Volcano's, only the card request."""
+    if _is_kgpu(obj):
+        return _converted(podgroup_from_k8s, obj)
+    return card_request_problem("PodGroup", obj)
+
+
+def card_request_problem(kind: str, obj: Obj) -> str | None:
+    """A Volcano Job's or PodGroup's ``volcano.sh/card.request``, read by the rule the
+    scheduler reads it with (:func:`kgpu.model.card.parse_card_request`): the capacity-card
+    seed's fast feedback, at creation rather than at enqueue. Volcano's Job controller
+    copies a Job's annotations onto its PodGroup, so a bad one is refused on the Job."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    text = annotations.get(REQUEST_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if text is None:
+        return None
+    try:
+        parse_card_request(str(text))
+    except CardError as exc:
+        return str(ConversionError(_ref(kind, obj), exc.field, exc.value, exc.expected))
+    return None
 
 
 def _is_kgpu(obj: Obj) -> bool:

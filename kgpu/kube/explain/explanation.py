@@ -16,14 +16,17 @@ The explanation is a pure function of a :class:`ClusterState` and the pod
 cluster and for ``kgpu simulate manifests DIR --explain POD``. For the live cluster
 (:func:`explain_live`: Nodes and Pods read with the official client) the state is the live
 scheduler's own snapshot (:func:`explain_from_objects`), so the answer is what the
-scheduler decides, not a second opinion.
+scheduler decides, not a second opinion; a pending pod's summary is then the verdict of the
+loop's own session over the same Queues and PodGroups, kgpu's and Volcano's
+(:mod:`kgpu.kube.explain.session_verdict`), in the words of the event on the pod: a
+PodGroup that does not exist or cannot be read, a gang, a queue's quota.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from kgpu.config import load_profile
@@ -32,6 +35,7 @@ from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.printable import printable
 from kgpu.kube.api.resource_types import uid
 from kgpu.kube.explain.near_miss import NearMiss, cpu_text, gpu_share_text, memory_text, near_misses
+from kgpu.kube.explain.session_verdict import GroupObjects, session_verdict
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s, pod_node_name
 from kgpu.kube.objects.queue_podgroup import queue_from_k8s
@@ -41,7 +45,7 @@ from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE
 from kgpu.kube.snapshot.allocation_rebuild import minors_of
 from kgpu.kube.snapshot.cache_snapshot import SnapshotBuilder, is_ready
 from kgpu.model.node import NodeName
-from kgpu.model.pod import PodSpec
+from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec
 from kgpu.model.resources import show_vector
 from kgpu.model.units import MILLI_PER_GPU
@@ -271,6 +275,7 @@ def explain_from_objects(
     queues: Iterable[Obj] = (),
     reservation_namespace: str | None = RESERVATION_NAMESPACE,
     record_key: RecordKey | str | None = None,
+    groups: GroupObjects | None = None,
 ) -> Explanation:
     """The answer for ``obj`` (a Pod) in the cluster of ``nodes`` and ``pods`` (API objects),
     as the live scheduler would see it: the same snapshot (Ready nodes only, bound pods of
@@ -300,10 +305,28 @@ def explain_from_objects(
         if target and uid(refused) == target:
             return explain_unreadable(object_ref("Pod", obj).removeprefix("Pod "), error, notes)
     context = PluginContext(typical_pods=typical_pods(snap.specs))
-    scheduler = build_scheduler(load_profile(policy), context)
-    namespace = object_ref("Pod", obj).removeprefix("Pod ").split("/", 1)[0]
+    profile = load_profile(policy)
+    scheduler = build_scheduler(profile, context)
+    ref = object_ref("Pod", obj).removeprefix("Pod ")
+    namespace = ref.split("/", 1)[0]
+    groups = groups or GroupObjects(queues=queues)
+    queues = [*groups.queues, *groups.volcano_queues]
     known = read_queues(queues, namespace)
-    return explain_object(snap.state, obj, scheduler, scheduler_name, notes, known, key)
+    answer = explain_object(snap.state, obj, scheduler, scheduler_name, notes, known, key)
+    if not answer.summary.startswith(f"Pod {ref} is pending"):
+        return answer
+    # The loop's session over the same objects has the last word (it sees the PodGroup,
+    # the gang and the queue the tiers above do not); it runs last, as it binds in the state.
+    verdict = session_verdict(snap, PodKey(ref), scheduler, profile, groups.read())
+    fits = "fits now" in answer.summary
+    if verdict is None or (verdict.node and fits) or verdict.message == answer.nodes:
+        return answer  # the session agrees with the tiers: their words stand
+    if verdict.node:
+        where = "once the pods evicted for its job are gone" if verdict.nominated else "now"
+        summary = f"Pod {ref} is pending; kgpu would place it on {verdict.node} {where}."
+    else:
+        summary = f"Pod {ref} is pending: {verdict.message}"
+    return replace(answer, summary=summary)
 
 
 def read_queues(objs: Iterable[Obj], namespace: str | None = None) -> dict[str, QueueSpec | str]:
@@ -343,14 +366,21 @@ def explain_live(
     """Read the pod, the Nodes and the unfinished Pods, and explain the pod."""
     obj, nodes, pods = read_cluster(name, namespace, kubeconfig)
     api = _api_client(kubeconfig)
+    groups = GroupObjects(
+        queues=list_queues(api),
+        podgroups=list_custom(api, "kgpu.io", "v1alpha1", "podgroups"),
+        priority_classes=list_custom(api, "scheduling.k8s.io", "v1", "priorityclasses"),
+        volcano_queues=list_custom(api, "scheduling.volcano.sh", "v1beta1", "queues"),
+        volcano_podgroups=list_custom(api, "scheduling.volcano.sh", "v1beta1", "podgroups"),
+    )
     return explain_from_objects(
         obj,
         nodes,
         pods,
         scheduler_name,
         policy,
-        list_queues(api),
         record_key=_record_key(api, default_secret(scheduler_name)),
+        groups=groups,
     )
 
 
@@ -414,13 +444,19 @@ def read_cluster(
 def list_queues(api: Any) -> list[Obj]:
     """The kgpu.io Queues; none where the CRD is not installed or cannot be read (the
     answer then says queues are not enforced, which is what the scheduler does too)."""
+    return list_custom(api, "kgpu.io", "v1alpha1", "queues")
+
+
+def list_custom(api: Any, group: str, version: str, plural: str) -> list[Obj]:
+    """Every object of a resource, in all namespaces; none where it is not served or cannot
+    be read (the scheduler's optional informers read such a resource as empty too)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     try:
         listed = client.CustomObjectsApi(api).list_cluster_custom_object(
-            "kgpu.io", "v1alpha1", "queues", _request_timeout=REQUEST_TIMEOUT_S
+            group, version, plural, _request_timeout=REQUEST_TIMEOUT_S
         )
     except (ApiException, HTTPError):
         return []

@@ -45,6 +45,8 @@ TRIGGER_PRIORITY_CLASS = "kgpu-autoscale-trigger"
 TRIGGER_PRIORITY = -5
 # Koordinator's Device (kgpu.kube.anchors.koordinator), read by the scheduler.
 KOORDINATOR_GROUP = "scheduling.koordinator.sh"
+# Volcano's scheduling group (kgpu.kube.anchors.volcano.GROUP; the install imports no model).
+VOLCANO_GROUP = "scheduling.volcano.sh"
 
 
 def read_rules() -> list[Obj]:
@@ -56,6 +58,8 @@ def read_rules() -> list[Obj]:
         rbac_rule([GROUP], crs, ["get", "list", "watch"]),
         # KAI Scheduler's Queues and PodGroups, read (never written: KAI's own objects).
         rbac_rule(["scheduling.run.ai"], ["queues", "podgroups"], ["get", "list", "watch"]),
+        # Volcano's Queues and PodGroups, read beside kgpu's (kgpu.kube.anchors.volcano).
+        rbac_rule([VOLCANO_GROUP], ["queues", "podgroups"], ["get", "list", "watch"]),
         # Koordinator's Devices (koordlet's), a node's GPUs where it has no kgpu.io Device.
         rbac_rule([KOORDINATOR_GROUP], ["devices"], ["get", "list", "watch"]),
         # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job; get:
@@ -77,6 +81,9 @@ def tenant_rules() -> list[Obj]:
         rbac_rule([""], ["pods"], ["delete", "patch"]),
         rbac_rule([""], ["pods/binding"], ["create"]),
         rbac_rule([GROUP], ["podgroups/status"], ["update", "patch"]),
+        # A Volcano PodGroup's phase (Inqueue, Running) is the scheduler's to report, as
+        # Volcano's own scheduler does; its Queues' status stays Volcano's queue controller's.
+        rbac_rule([VOLCANO_GROUP], ["podgroups/status"], ["update", "patch"]),
     ]
 
 

@@ -83,7 +83,12 @@ def validating_webhooks(
         {
             **_hook("podgroups.kgpu.io", client, failure_policy),
             "namespaceSelector": _skip(),
-            "rules": [_rule(GROUP, VERSION, ops, "podgroups")],
+            # Volcano's PodGroups and Jobs: their volcano.sh/card.request.
+            "rules": [
+                _rule(GROUP, VERSION, ops, "podgroups"),
+                _rule("scheduling.volcano.sh", "*", ops, "podgroups"),
+                _rule("batch.volcano.sh", "*", ops, "jobs"),
+            ],
         },
         {
             **_hook("workspaces.kgpu.io", client, failure_policy),

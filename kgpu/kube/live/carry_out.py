@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgpu.framework.session_result import SessionResult
+from kgpu.kube.anchors.volcano import volcano_reason
 from kgpu.kube.api.event_recorder import EventRecorder
 from kgpu.kube.live.evictions import Evictor, waiting_message
 from kgpu.kube.live.handover import HandOver
@@ -80,7 +81,16 @@ class ResultCarrier:
         for key, code, message, node in waits:
             if key in chosen:
                 obj = chosen[key].obj
-                self.book.unschedulable(obj, code, message, d.generation, d.now, node=node)
+                # Volcano's capacity-card plugin gives a quota refusal its own reason; a pod
+                # of a Volcano queue keeps hearing it.
+                said_as = (
+                    code
+                    if volcano_reason(code, d.admitted.get(key, ""), d.objects.volcano)
+                    else "FailedScheduling"
+                )
+                self.book.unschedulable(
+                    obj, code, message, d.generation, d.now, node=node, event_reason=said_as
+                )
         self.metrics.attempts.labels("unschedulable").inc(len(waits))
         leader = self.is_leader()
         if leader and result.evictions:

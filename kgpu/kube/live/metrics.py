@@ -9,8 +9,9 @@ Queue metrics, set after every session (the leader's; a standby shows the last i
 ``kgpu_queue_allocated``, ``kgpu_queue_deserved`` and ``kgpu_queue_fair_share`` per queue
 and resource (``cpu`` in cores, ``memory`` in bytes, ``gpu`` in GPUs), and
 ``kgpu_queue_card_deserved``, ``..._allocated``, ``..._request`` and ``..._capacity`` per queue
-and card, in cards (Volcano's capacity-card figures). A queue or card that is gone loses its
-series.
+and card, in cards (Volcano's capacity-card figures), and the same under the seed's names
+``volcano_queue_card_deserved``, ``..._allocated``, ``..._request`` and ``..._capacity``
+(labels ``queue_name`` and ``card_name``). A queue or card that is gone loses its series.
 
 ``kgpu_device_allocation_corrections_total`` and ``kgpu_device_allocation_conflicts_total``
 per node count the pods whose GPUs the kubelet chose otherwise than kgpu's annotation said
@@ -111,6 +112,18 @@ class SchedulerMetrics:
             request="held plus asked for by its pending pods",
             capacity="its limit, else what the cluster offers",
         )
+        # The same figures under the names of Volcano's capacity-card plugin, so that its
+        # dashboards and alerts keep working after the switch.
+        self.volcano_queue_card = _family(
+            r,
+            "volcano_queue_card_",
+            "Cards of the queue: {} (as Volcano's capacity-card plugin names it)",
+            ["queue_name", "card_name"],
+            deserved="its quota",
+            allocated="held by its pods",
+            request="held plus asked for by its pending pods",
+            capacity="its limit, else what the cluster offers",
+        )
         self._queue_series: set[tuple[Gauge, str, str]] = set()  # (gauge, queue, resource)
 
     def set_pending(self, by_reason: Mapping[str, int]) -> None:
@@ -132,9 +145,10 @@ class SchedulerMetrics:
             for card, c in f.cards.items():
                 for what, amount in (("deserved", c.deserved), ("allocated", c.allocated),
                                      ("request", c.request), ("capacity", c.capacity)):  # fmt: skip
-                    gauge = self.queue_card[what]
-                    gauge.labels(f.name, card).set(amount / MILLI)
-                    series.add((gauge, f.name, card))
+                    for family in (self.queue_card, self.volcano_queue_card):
+                        gauge = family[what]
+                        gauge.labels(f.name, card).set(amount / MILLI)
+                        series.add((gauge, f.name, card))
         for gauge, queue, name in self._queue_series - series:
             gauge.remove(queue, name)
         self._queue_series = series

@@ -31,6 +31,7 @@ from typing import Protocol
 
 from kgpu.kube.anchors.karpenter import NODECLAIMS, NODEPOOLS
 from kgpu.kube.anchors.koordinator import KOORDINATOR_DEVICES
+from kgpu.kube.anchors.volcano import VOLCANO_PODGROUPS, VOLCANO_QUEUES
 from kgpu.kube.api.client import KubeClient, Timeouts, load_configuration
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.event_recorder import EventRecorder
@@ -142,12 +143,19 @@ class RunningScheduler:
         self.koordinator_devices = Informer(
             self.client, KOORDINATOR_DEVICES, optional=True, watch_seconds=watch
         )
+        # Volcano's Queues and PodGroups, read beside kgpu's (kgpu.kube.anchors.volcano);
+        # a cluster without Volcano's CRDs reads as none.
+        self.volcano = [
+            Informer(self.client, r, optional=True, watch_seconds=watch)
+            for r in (VOLCANO_QUEUES, VOLCANO_PODGROUPS)
+        ]
         self.informers = [
             self.nodes,
             self.pods,
             self.priority_classes,
             *self.custom,
             *self.kai,
+            *self.volcano,
             self.koordinator_devices,
         ]
         self.claims: Informer | None = None
@@ -193,6 +201,8 @@ class RunningScheduler:
             record_key=self.record_key,
             anchor_queues=self.kai[:1],
             anchor_podgroups=self.kai[1:],
+            volcano_queues=self.volcano[0],
+            volcano_podgroups=self.volcano[1],
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:

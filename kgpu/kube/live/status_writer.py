@@ -10,7 +10,9 @@ Queue status (every Queue object, readable or not):
   card limit, else what the cluster's nodes offer of that card);
 - condition ``Valid``: False with the reason when the Queue cannot be used (its jobs wait).
 
-PodGroup status (each PodGroup with pods in the session):
+PodGroup status (each PodGroup with pods in the session; a Volcano PodGroup's without
+``scheduled``, which Volcano's status has not; a Volcano Queue's status is left to Volcano's
+queue controller):
 
 - ``phase``: Running once ``minMember`` pods are bound or placed, Inqueue when admitted but
   not yet placed, Pending otherwise (turned down at enqueue, or invalid);
@@ -35,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kgpu.framework.session_result import JobFigures, QueueFigures, SessionResult
+from kgpu.kube.anchors.volcano import VOLCANO_PODGROUPS
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.event_recorder import now_rfc3339
@@ -177,11 +180,17 @@ class StatusWriter:
         figures = {f.name: f for f in result.queues}
         for name, obj in objects.queue_objs.items():
             if not _ours(obj):
-                continue
+                continue  # an anchor's Queue: its own controller writes its status
             problem = objects.invalid.get(name, f"Queue {name} is not usable")
             self._maybe(QUEUES, obj, queue_status(figures.get(name), problem))
         groups = objects.podgroup_objs
-        jobs = [job for job in result.jobs if job.key in groups and _ours(groups[job.key])]
+        # Volcano's PodGroups get their phase as Volcano's scheduler would write it, since
+        # Volcano's tools read it; KAI's are left to KAI's.
+        jobs = [
+            job
+            for job in result.jobs
+            if job.key in groups and (_ours(groups[job.key]) or job.key in objects.volcano)
+        ]
         phases: dict[str, str] = {
             key: _phase(pod)
             for job in jobs
@@ -189,6 +198,12 @@ class StatusWriter:
             if (pod := pods.get(key)) is not None
         }
         for key, status in podgroup_statuses(jobs, phases).items():
+            if key in objects.volcano:
+                # Volcano's PodGroupStatus has no "scheduled": its CRD would prune it, and
+                # the status would differ from ours, and be written, every session.
+                status = {k: v for k, v in status.items() if k != "scheduled"}
+                self._maybe(VOLCANO_PODGROUPS, groups[JobKey(key)], status)
+                continue
             self._maybe(PODGROUPS, groups[JobKey(key)], status)
         self._forget(
             {uid(o) for o in (*objects.queue_objs.values(), *objects.podgroup_objs.values())}

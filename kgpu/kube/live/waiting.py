@@ -122,7 +122,10 @@ class WaitingBook:
         *,
         count: bool = False,
         node: str = "",
+        event_reason: str = "FailedScheduling",
     ) -> None:
+        """``event_reason``: the event's reason (a pod of a Volcano queue is told the
+        capacity-card plugin's, such as InsufficientScalarQuota)."""
         key = PodKey(object_key(obj))
         version = resource_version(obj)
         with self._lock:
@@ -148,7 +151,7 @@ class WaitingBook:
         if count:
             self.metrics.attempts.labels("error").inc()
         if speak:
-            self.recorder.emit(obj, WARNING, "FailedScheduling", message)
+            self.recorder.emit(obj, WARNING, event_reason, message)
 
     def back_off(self, key: PodKey, pod_uid: str, message: str, now: float) -> None:
         """Exponential back-off for a pod whose bind failed (lock held)."""

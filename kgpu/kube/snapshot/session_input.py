@@ -42,12 +42,17 @@ binder records.
 from __future__ import annotations
 
 import time
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kgpu.framework.session_snapshot import Snapshot
 from kgpu.kube.anchors import kai
+from kgpu.kube.anchors.volcano import (
+    is_root_queue,
+    volcano_podgroup_from_k8s,
+    volcano_queue_from_k8s,
+)
 from kgpu.kube.api.resource_types import meta, object_key, parse_time, resource_version, uid
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.objects.queue_podgroup import (
@@ -80,6 +85,9 @@ class QueueObjects:
     problems: list[Problem] = field(default_factory=list)
     priorities: dict[JobKey, int] = field(default_factory=dict)
     fences: QueueFences = field(default_factory=QueueFences)
+    # Which of queue_objs and podgroup_objs are Volcano's (scheduling.volcano.sh): their
+    # status is Volcano's shape, and a Queue's is its queue controller's to write.
+    volcano: set[str] = field(default_factory=set)
 
     @property
     def enforced(self) -> bool:
@@ -108,11 +116,7 @@ class QueueReader:
         if known is not None and known[0] == version and version:
             return known[1]
         try:
-            read: QueueSpec | JobSpec | ConversionError
-            if kai.is_kai(obj):
-                read = kai.queue_from_kai(obj) if kind == "Queue" else kai.podgroup_from_kai(obj)
-            else:
-                read = queue_from_k8s(obj) if kind == "Queue" else podgroup_from_k8s(obj)
+            read: QueueSpec | JobSpec | ConversionError = _converter(kind, obj)(obj)
         except ConversionError as exc:
             read = exc
         self._seen[mark] = (version, read)
@@ -123,29 +127,38 @@ class QueueReader:
         queue_objs: Iterable[Obj],
         podgroup_objs: Iterable[Obj],
         priority_class_objs: Iterable[Obj] = (),
+        volcano_queues: Iterable[Obj] = (),
+        volcano_podgroups: Iterable[Obj] = (),
     ) -> QueueObjects:
+        """``volcano_queues`` and ``volcano_podgroups``: Volcano's objects, read beside
+        kgpu's; where both name one queue or PodGroup, kgpu's own is used and Volcano's left
+        out with a Warning (``Shadowed``), so that a switch never mixes two definitions."""
         out = QueueObjects()
         classes = {str(meta(c).get("name")): c.get("value") for c in priority_class_objs}
         live: set[tuple[str, str]] = set()
         kai_unset: set[str] = set()
-        # kgpu's own first: a KAI object of the same name is left out (kai.shadowed).
-        for obj in sorted(queue_objs, key=lambda o: (kai.is_kai(o), object_key(o))):
-            live.add(("Queue", uid(obj) or object_key(obj)))
-            name = str(meta(obj).get("name") or "")
-            if kai.is_kai(obj) and name in out.queue_objs:
-                out.problems.append(
-                    Problem(obj, "InvalidQueue", str(kai.shadowed(obj, "Queue", name)))
-                )
-                continue
-            out.queue_objs[name] = obj
-            if kai.is_kai(obj) and not kai.min_runtime_set(obj):
-                kai_unset.add(name)
-            spec = self._read("Queue", obj)
-            if isinstance(spec, QueueSpec):
-                out.queues.append(spec)
-            else:
-                out.invalid[name] = f"{spec}; the queue is left out"
-                out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
+        # kgpu's own first, then KAI's, then Volcano's: an anchor's object whose name an
+        # earlier one has is left out with a Warning, so a switch never mixes definitions.
+        kgpu_queues = sorted(queue_objs, key=lambda o: (kai.is_kai(o), object_key(o)))
+        theirs = [q for q in sorted(volcano_queues, key=object_key) if not is_root_queue(q)]
+        for kind, objs in (("Queue", kgpu_queues), ("VolcanoQueue", theirs)):
+            for obj in objs:
+                live.add((kind, uid(obj) or object_key(obj)))
+                name = str(meta(obj).get("name") or "")
+                if name in out.queue_objs:
+                    out.problems.append(_shadowed(obj, "Queue", name, out.queue_objs[name]))
+                    continue
+                out.queue_objs[name] = obj
+                if kind != "Queue":
+                    out.volcano.add(name)
+                elif kai.is_kai(obj) and not kai.min_runtime_set(obj):
+                    kai_unset.add(name)
+                spec = self._read(kind, obj)
+                if isinstance(spec, QueueSpec):
+                    out.queues.append(spec)
+                else:
+                    out.invalid[name] = f"{spec}; the queue is left out"
+                    out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
         if kai_unset:
             out.queues = kai.with_inherited_min_runtime(out.queues, kai_unset)
         out.fences = QueueFences.from_objects(out.queue_objs.values())
@@ -154,22 +167,29 @@ class QueueReader:
             if found is not None:
                 out.invalid[problem.queue] = f"{problem.message}; the queue is left out"
                 out.problems.append(Problem(found, "InvalidQueue", out.invalid[problem.queue]))
-        for obj in sorted(podgroup_objs, key=lambda o: (kai.is_kai(o), object_key(o))):
-            live.add(("PodGroup", uid(obj) or object_key(obj)))
-            key = JobKey(object_key(obj) if meta(obj).get("namespace") else "")
-            if kai.is_kai(obj) and key in out.podgroup_objs:
-                message = str(kai.shadowed(obj, "PodGroup", key))
-                out.problems.append(Problem(obj, "InvalidPodGroup", message))
-                continue
-            job = self._read("PodGroup", obj)
-            if isinstance(job, JobSpec):
-                out.jobs[job.key] = job
-                out.podgroup_objs[job.key] = obj
-                self._read_priority(obj, job.key, classes, out)
-            elif key:
-                out.podgroup_objs[key] = obj
-                out.invalid[key] = f"{job}; its pods are not scheduled until it is fixed"
-                out.problems.append(Problem(obj, "InvalidPodGroup", out.invalid[key]))
+        groups = (
+            ("PodGroup", sorted(podgroup_objs, key=lambda o: (kai.is_kai(o), object_key(o)))),
+            ("VolcanoPodGroup", sorted(volcano_podgroups, key=object_key)),
+        )
+        for kind, objs in groups:
+            for obj in objs:
+                live.add((kind, uid(obj) or object_key(obj)))
+                key = JobKey(object_key(obj) if meta(obj).get("namespace") else "")
+                if key and key in out.podgroup_objs:
+                    found = out.podgroup_objs[key]
+                    out.problems.append(_shadowed(obj, "PodGroup", key, found))
+                    continue
+                if key and kind != "PodGroup":
+                    out.volcano.add(key)
+                job = self._read(kind, obj)
+                if isinstance(job, JobSpec):
+                    out.jobs[job.key] = job
+                    out.podgroup_objs[job.key] = obj
+                    self._read_priority(obj, job.key, classes, out)
+                elif key:
+                    out.podgroup_objs[key] = obj
+                    out.invalid[key] = f"{job}; its pods are not scheduled until it is fixed"
+                    out.problems.append(Problem(obj, "InvalidPodGroup", out.invalid[key]))
         for mark in [m for m in self._seen if m not in live]:
             del self._seen[mark]
         return out
@@ -188,6 +208,38 @@ class QueueReader:
             return
         if priority is not None:
             out.priorities[key] = priority
+
+
+_CONVERTERS: dict[str, Callable[[Obj], QueueSpec | JobSpec]] = {
+    "Queue": queue_from_k8s,
+    "PodGroup": podgroup_from_k8s,
+    "VolcanoQueue": volcano_queue_from_k8s,
+    "VolcanoPodGroup": volcano_podgroup_from_k8s,
+}
+SHADOWED = "Shadowed"
+
+
+def _converter(kind: str, obj: Obj) -> Callable[[Obj], QueueSpec | JobSpec]:
+    """KAI's Queues and PodGroups come in kgpu's lists (their informers are listed with
+    kgpu's), told apart by their group; Volcano's come in lists of their own."""
+    if kind == "Queue" and kai.is_kai(obj):
+        return kai.queue_from_kai
+    if kind == "PodGroup" and kai.is_kai(obj):
+        return kai.podgroup_from_kai
+    return _CONVERTERS[kind]
+
+
+def _shadowed(obj: Obj, kind: str, key: str, used: Obj) -> Problem:
+    """An anchor's Queue or PodGroup whose name an earlier one (kgpu's own, else KAI's)
+    already has: left out, with why."""
+    if kai.is_kai(obj):
+        return Problem(obj, f"Invalid{kind}", str(kai.shadowed(obj, kind, key)))
+    group = str(used.get("apiVersion", "")).split("/", 1)[0]
+    message = (
+        f"{kind} {key} (scheduling.volcano.sh) is not used: a {group} {kind} of that name "
+        "exists, and kgpu uses it; rename or delete one of them"
+    )
+    return Problem(obj, SHADOWED, message)
 
 
 INVALID_PODGROUP = "InvalidPodGroup"

@@ -12,7 +12,10 @@ plugin adds what is particular to cards:
 - allocation: a pod that names a card may only use it if some queue on its path has a
   quota for that card ("card types without quotas default to 0", as in Volcano);
 - ``cardUnlimitedCpuMemory``: pods that hold a card are not held to their queue's CPU and
-  memory limits.
+  memory limits;
+- one card type per job (a job with ``one_card_type``, as Volcano's PodGroups are): once a
+  task of the job holds or is given a card, its other tasks may take only that card, so
+  ``A|B`` never spreads one job over A and B.
 
 Refusals carry InsufficientScalarQuota (cards), InsufficientCPUQuota or
 InsufficientMemoryQuota and the numbers: "queue team-a: NVIDIA-A100-80GB requested 4,
@@ -22,7 +25,7 @@ allocated 3, quota 5".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from kgpu.framework.session import Session, SessionPlugin, quota_status
 from kgpu.framework.status import Code, Status
@@ -30,6 +33,9 @@ from kgpu.model.job import JobInfo, JobKey, Task
 from kgpu.model.ledger import Shortfall
 from kgpu.model.resources import BASE, MILLI, Vector, add
 from kgpu.plugins import names
+
+# A task refused a card its job's other tasks do not hold (kgpu's word: the seed has none).
+ONE_CARD_TYPE: Final = "OneCardTypePerJob"
 
 
 class CapacityCard:
@@ -100,6 +106,14 @@ class CapacityCard:
             for card, units in vec.items():
                 if card in BASE or units <= 0:
                     continue
+                if job.spec.one_card_type:
+                    taken = _job_card(session, job)
+                    if taken is not None and taken != card:
+                        message = (
+                            f"job {job.key} runs on {taken}, not {card}: "
+                            "all tasks of a job use one card type"
+                        )
+                        return Status(Code.UNSCHEDULABLE, (message,), self.name, ONE_CARD_TYPE)
                 if not any(card in tree.specs[q].limit for q in tree.path[job.queue]):
                     held = ledger.allocated[job.queue].get(card, 0)
                     return quota_status(Shortfall(tree.name(job.queue), card, units, held, 0))
@@ -108,6 +122,15 @@ class CapacityCard:
         session.callbacks.enqueueable.append(enqueueable)
         session.callbacks.on_admit.append(admitted)
         session.callbacks.allocatable.append(allocatable)
+
+
+def _job_card(session: Session, job: JobInfo) -> str | None:
+    """The card the job's running or placed tasks hold, if any."""
+    for task in (*job.running, *job.placed):
+        card = session.cards.get(task.key)
+        if card is not None:
+            return card
+    return None
 
 
 _: type[SessionPlugin] = CapacityCard

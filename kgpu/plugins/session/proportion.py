@@ -12,7 +12,9 @@ the queues' demand (:mod:`kgpu.model.fair_share`, explained in docs/QUEUES.md). 
   two queues, every queue on the victim's side is over its fair share in a resource the
   unit holds and keeps at least its deserved quota once the unit is gone, and every queue
   on the reclaimer's side stays within its fair share with the reclaimer's needs added.
-  The last rule is what keeps two queues from taking the same GPUs back and forth.
+  The last rule is what keeps two queues from taking the same GPUs back and forth. A
+  queue on the victim's side that is not ``reclaimable`` (Volcano's ``reclaimable:
+  false``) gives nothing.
 """
 
 from __future__ import annotations
@@ -134,6 +136,8 @@ class Proportion:
             if not queues_agree(reclaimer, theirs_q, involved):
                 return False
             for q in lcas[(reclaimer.queue, theirs_q)][1]:
+                if not tree.specs[q].reclaimable:
+                    return False  # Volcano's reclaimable: false, on the victim's side
                 held, deserved = ledger.allocated[q], tree.specs[q].deserved
                 for r in involved:
                     floor = deserved.get(r, 0)
