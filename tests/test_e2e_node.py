@@ -167,7 +167,7 @@ def workspace(
     # A graceful delete: the kubelet stops the containers and confirms, so the next test finds
     # the node's GPUs free (a forced one would leave the kubelet cleaning up behind its back).
     client.request("DELETE", PODS.path(namespace), query=[("gracePeriodSeconds", "1")])
-    made.wait_gone()
+    made.wait_gone(timeout=180)  # a kubelet on a busy machine stops many pods slowly
     with contextlib.suppress(KubeError):
         client.delete(NAMESPACES, namespace)
 
