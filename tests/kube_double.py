@@ -84,6 +84,9 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
         "leaderworkerset.x-k8s.io/v1",
     ),
     ("karpenter.sh", "nodeclaims"): (False, "NodeClaim", "karpenter.sh/v1"),
+    # Volcano's, read beside kgpu's when Volcano's controllers stay.
+    ("scheduling.volcano.sh", "queues"): (False, "Queue", "scheduling.volcano.sh/v1beta1"),
+    ("scheduling.volcano.sh", "podgroups"): (True, "PodGroup", "scheduling.volcano.sh/v1beta1"),
     ("scheduling.k8s.io", "priorityclasses"): (False, "PriorityClass", "scheduling.k8s.io/v1"),
     # What `kgpu run --serve-webhook` registers (it does not call them: no admission here).
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): (

@@ -148,6 +148,42 @@ def test_podgroup_defaults_are_volcanos() -> None:
     assert (job.queue, job.min_member, job.card_request) == ("default", 1, {})
 
 
+@pytest.mark.parametrize(
+    ("status", "enqueued"),
+    [
+        (None, False),
+        ({}, False),
+        ({"phase": "Pending"}, False),
+        ({"phase": "Inqueue"}, True),
+        ({"phase": "Running"}, None),
+        ({"phase": "Unknown"}, None),
+        ({"phase": "Completed"}, None),
+    ],
+)
+def test_the_phase_is_read_as_the_podgroups_admission(
+    status: dict[str, Any] | None, enqueued: bool | None
+) -> None:
+    obj = _group({})
+    if status is not None:
+        obj["status"] = status
+    assert volcano_podgroup_from_k8s(obj).enqueued is enqueued
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ({"phase": "Queued"}, 'status.phase is "Queued", expected one of Pending, Inqueue,'),
+        ({"phase": 1}, "status.phase is 1, expected a string"),
+        ("Inqueue", 'status is "Inqueue", expected a mapping'),
+    ],
+)
+def test_a_malformed_phase_is_named(status: object, message: str) -> None:
+    obj = {**_group({}), "status": status}
+    with pytest.raises(ConversionError) as caught:
+        volcano_podgroup_from_k8s(obj)
+    assert str(caught.value).startswith(f"{G}: {message}")
+
+
 G = "PodGroup ml/training (scheduling.volcano.sh)"
 
 

@@ -5,7 +5,8 @@ created if missing and left installed (other runs may use them). The capacity-ca
 Queue and Job are applied as the seed writes them; no Volcano controller runs here, so the
 test does what Volcano's job controller would with the Job it read back (its PodGroup and
 pods, by kgpu/kube/anchors/volcano_job.py), with the pods' schedulerName kgpu's, as a team
-switching sets it. The Queue's name is the seed's (``team-a``): cluster-scoped, deleted
+switching sets it, and in its order: the PodGroup first, the pods only once kgpu has
+written the PodGroup ``Inqueue``. The Queue's name is the seed's (``team-a``): cluster-scoped, deleted
 after; the rest lives in the test's namespace.
 """
 
@@ -22,7 +23,7 @@ from kgpu.kube.anchors.volcano import VOLCANO_PODGROUPS, VOLCANO_QUEUES
 from kgpu.kube.anchors.volcano_job import expand_job
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError
-from kgpu.kube.api.resource_types import Resource
+from kgpu.kube.api.resource_types import NAMESPACES, Resource
 from kgpu.kube.explain.explanation import explain_live
 from tests import volcano_seed as seed
 from tests.anchor_crds.volcano import volcano_crds
@@ -50,20 +51,49 @@ def volcano(client: KubeClient) -> None:  # noqa: F811
 
         wait_until(established, timeout=30)
     time.sleep(1.0)  # the discovery of the new groups reaches every handler of the server
+    # kgpu reads Volcano's PodGroups in every namespace, and an Inqueue one holds its
+    # minimum in its queue (the seed's team-a, which every run uses). No namespace
+    # controller runs beside this API server, so the PodGroups of earlier runs' namespaces
+    # stay, Terminating, for good: they are deleted here, as that controller would.
+    ending = {
+        n["metadata"]["name"]
+        for n in client.list(NAMESPACES).items
+        if n.get("status", {}).get("phase") == "Terminating"
+    }
+    for group in client.list(VOLCANO_PODGROUPS).items:
+        m = group["metadata"]
+        if m["namespace"] in ending:
+            with contextlib.suppress(KubeError):
+                client.delete(VOLCANO_PODGROUPS, m["name"], m["namespace"])
 
 
-def _as_volcanos_controller(cluster: Cluster, job: dict[str, Any]) -> None:  # noqa: F811
-    """The PodGroup and pods of ``job`` (as the API server returned it), created."""
-    group, pods = expand_job(job, scheduler_name=cluster.scheduler)
-    cluster.client.create(VOLCANO_PODGROUPS, group, cluster.namespace)
-    for pod in pods:
-        pod["spec"]["schedulerName"] = cluster.scheduler  # what a switching team sets
-        pod["spec"]["nodeSelector"] = {TEST_LABEL: cluster.scheduler}
-        for i, container in enumerate(pod["spec"]["containers"]):
-            # The seed leaves these out of its examples; a pod needs them.
-            container.setdefault("image", "busybox")
-            container.setdefault("name", f"c{i}")
-    cluster.add_pods(pods)
+def _as_volcanos_controller(cluster: Cluster, jobs: list[dict[str, Any]]) -> list[str]:  # noqa: F811
+    """What Volcano's job controller does with ``jobs`` (as the API server returned them):
+    each Job's PodGroup first; the pods only once the scheduler has written the PodGroup
+    ``Inqueue`` (Volcano's syncJob waits for a phase set and not Pending). The PodGroups'
+    names."""
+    made = [expand_job(job, scheduler_name=cluster.scheduler) for job in jobs]
+    names = []
+    for group, _ in made:
+        cluster.client.create(VOLCANO_PODGROUPS, group, cluster.namespace)
+        names.append(str(group["metadata"]["name"]))
+    for name in names:
+        wait_until(lambda name=name: _phase(cluster, name) == "Inqueue", timeout=60)
+    for _, pods in made:
+        for pod in pods:
+            pod["spec"]["schedulerName"] = cluster.scheduler  # what a switching team sets
+            pod["spec"]["nodeSelector"] = {TEST_LABEL: cluster.scheduler}
+            for i, container in enumerate(pod["spec"]["containers"]):
+                # The seed leaves these out of its examples; a pod needs them.
+                container.setdefault("image", "busybox")
+                container.setdefault("name", f"c{i}")
+        cluster.add_pods(pods)
+    return names
+
+
+def _phase(cluster: Cluster, name: str) -> str:  # noqa: F811
+    found = cluster.client.get(VOLCANO_PODGROUPS, name, cluster.namespace)
+    return str(found.get("status", {}).get("phase") or "")
 
 
 def test_the_seeds_card_quota_of_five_holds_at_five_and_a_missing_podgroup_is_said(
@@ -78,13 +108,17 @@ def test_the_seeds_card_quota_of_five_holds_at_five_and_a_missing_podgroup_is_sa
     try:
         job = client.create(JOBS, seed.load(seed.with_replicas(seed.EXAMPLE_1_JOB, 6)),
                             cluster.namespace)  # fmt: skip
-        _as_volcanos_controller(cluster, job)
         orphan = cluster.pod("orphan", gpus=1,
                              annotations={"scheduling.k8s.io/group-name": "ghost"})  # fmt: skip
         cluster.add_pods([orphan])
         log = tmp_path / "kgpu-run.log"
         process = cluster.run(log)
         try:
+            try:
+                [group] = _as_volcanos_controller(cluster, [job])
+            except AssertionError:
+                raise AssertionError(log.read_text()[-3000:]) from None
+            assert group == f"training-{job['metadata']['uid']}"
             try:
                 wait_until(lambda: len(cluster.bound()) == 5, timeout=60)
             except AssertionError:
@@ -97,16 +131,7 @@ def test_the_seeds_card_quota_of_five_holds_at_five_and_a_missing_podgroup_is_sa
             assert waiting.startswith("training-default0-") and waiting not in cluster.bound()
             assert set(cluster.bound().values()) <= {f"{tag}-a0", f"{tag}-a1"}
             # The Volcano PodGroup's phase, as Volcano's scheduler reports it.
-            group = f"training-{job['metadata']['uid']}"
-            wait_until(
-                lambda: (
-                    client.get(VOLCANO_PODGROUPS, group, cluster.namespace)
-                    .get("status", {})
-                    .get("phase")
-                    == "Running"
-                ),
-                timeout=30,
-            )
+            wait_until(lambda: _phase(cluster, group) == "Running", timeout=30)
             # A pod naming a PodGroup that does not exist: an event, and explain agrees.
             missing = f"PodGroup {cluster.namespace}/ghost does not exist"
 
@@ -156,14 +181,15 @@ def test_the_seeds_multi_card_and_mps_examples(
     for queue in queues:
         client.create(VOLCANO_QUEUES, queue)
     try:
-        for text in (seed.EXAMPLE_2_JOB, seed.EXAMPLE_3_JOB):
-            _as_volcanos_controller(
-                cluster, client.create(JOBS, seed.load(text), cluster.namespace)
-            )
+        jobs = [
+            client.create(JOBS, seed.load(text), cluster.namespace)
+            for text in (seed.EXAMPLE_2_JOB, seed.EXAMPLE_3_JOB)
+        ]
         log = tmp_path / "kgpu-run.log"
         process = cluster.run(log)
         try:
             try:
+                _as_volcanos_controller(cluster, jobs)
                 wait_until(lambda: len(cluster.bound()) == 20, timeout=90)
             except AssertionError:
                 raise AssertionError(f"{cluster.bound()}\n{log.read_text()[-3000:]}") from None

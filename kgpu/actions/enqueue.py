@@ -8,6 +8,12 @@ counting what they hold and the minimums of the jobs admitted before it, and eve
 PodGroup's ``minResources``, where it asks more of a resource than those pods, counts
 instead (Volcano admits a job by it). A job turned down stays out of allocate, and its
 PodGroup gets an event with the reason.
+
+A PodGroup that records its own admission (``JobSpec.enqueued``: Volcano's, whose job
+controller creates the pods only once it is ``Inqueue``) is judged while it records none,
+with pods or without (then by its ``minResources`` alone), and never again once it does:
+its pods go to allocate, and its minimum is held in its queue's account (the session does
+that as it opens) so that the next ones judged count it.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ class Enqueue:
         candidates = [
             job
             for job in session.jobs
-            if not job.problem and job.pending and not job.running and not job.placed
+            if not job.problem
+            and (job.pending if job.spec.enqueued is None else not job.spec.enqueued)
+            and not job.running
+            and not job.placed
         ]
         queue_keys = {q: session.callbacks.queue_key(q) for q in {job.queue for job in candidates}}
         candidates.sort(key=lambda job: (queue_keys[job.queue], session.callbacks.job_key(job)))
@@ -35,6 +44,7 @@ class Enqueue:
             if verdict is not None:
                 job.admitted = False
                 session.note(job, verdict)
+                session.result.refused[job.key] = verdict
                 session.event(job.key, "PodGroup", "Warning", verdict.reason_code, verdict.message)
                 continue
             session.ledger.admit(job.queue, need)

@@ -168,6 +168,7 @@ class Session:
         for q, (cpu, memory, gpu) in enumerate(held):
             if cpu or memory or gpu:
                 self.ledger.charge(q, {CPU: cpu, MEMORY: memory, GPU: gpu})
+        self._add_podless(snapshot.jobs, jobs)
         jobs.sort(key=lambda j: j.spec.key)
         self.jobs = jobs
         asked = [[0, 0, 0] for _ in range(len(self.tree))]
@@ -190,6 +191,25 @@ class Session:
             if self.tree.is_leaf(q):  # jobs sit in leaves; parents' demand is their subtree's
                 add(self.ledger.demand[q], {CPU: cpu, MEMORY: memory, GPU: gpu})
                 add(self.ledger.demand[q], self.ledger.allocated[q])
+
+    def _add_podless(self, specs: Sequence[JobSpec], jobs: list[JobInfo]) -> None:
+        """The jobs whose PodGroup records its admission (``JobSpec.enqueued``), with no pod
+        in the session: those not admitted are judged by enqueue without pods (Volcano's
+        controller creates them once admitted); those admitted hold their minimum resources
+        against their queue, as do the admitted ones with pods, less what these hold."""
+        marked = [spec for spec in specs if spec.enqueued is not None]
+        if not marked:
+            return  # no anchor records admissions: nothing more to walk
+        by_key = {job.spec.key: job for job in jobs}
+        for spec in marked:
+            job = by_key.get(spec.key)
+            if job is None:
+                job = self._new_job(spec, found=True)
+                jobs.append(job)
+            if spec.enqueued and spec.min_resources and job.queue >= 0:
+                held = self.held_total(job.running) if job.running else {}
+                hold = {r: a - held.get(r, 0) for r, a in spec.min_resources.items()}
+                self.ledger.admit(job.queue, {r: a for r, a in hold.items() if a > 0})
 
     def _new_job(self, spec: JobSpec, found: bool) -> JobInfo:
         name = spec.queue or DEFAULT_QUEUE

@@ -63,7 +63,8 @@ class JobFigures:
     running: tuple[PodKey, ...]  # pods bound before the session
     scheduled: int  # pods bound or placed (not those nominated, which wait for victims)
     admitted: bool  # admitted by enqueue, and valid
-    waiting: Status | None  # why its first pod still pending waits, if one does
+    waiting: Status | None  # why its first pod still pending waits, if one does,
+    # else why enqueue turned the job down (a job with no pods yet)
 
 
 @dataclass(slots=True)
@@ -81,6 +82,7 @@ class SessionResult:
     queues: list[QueueFigures] = field(default_factory=list)
     jobs: list[JobFigures] = field(default_factory=list)  # of the jobs asked about
     seconds: dict[str, float] = field(default_factory=dict)  # per step: open, actions, close
+    refused: dict[JobKey, Status] = field(default_factory=dict)  # by enqueue: why
 
 
 def scheduled_event(pod: PodKey, node: str, gpus: Sequence[int]) -> Event:
@@ -139,6 +141,8 @@ def job_figures(
     for job in wanted:
         scheduled = len(job.running) + len([t for t in job.placed if t.key not in nominated])
         first = next((waiting[t.pod.key] for t in job.pending if t.pod.key in waiting), None)
+        if first is None and not job.pending:
+            first = result.refused.get(job.key)
         out.append(
             JobFigures(
                 job.key,

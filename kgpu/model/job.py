@@ -30,6 +30,14 @@ class JobSpec:
     ``one_card_type``: all its tasks on one card, the card of the first placed (Volcano's
     capacity-card: "all tasks in a job use the same card type"); else each task takes the
     first of its card alternatives with room.
+
+    ``enqueued``: what the PodGroup's own record says of its admission, for a PodGroup whose
+    pods are created only once it is admitted (Volcano's, whose job controller waits for
+    ``Inqueue``). None: no such record (kgpu's and KAI's): the job is judged by enqueue
+    whenever it has pods waiting and none placed. False: not admitted yet: judged, with
+    pods or without. True: admitted in an earlier session: not judged again, and its
+    ``min_resources``, less what its running pods hold, count against its queue at enqueue
+    until its pods are placed.
     """
 
     key: JobKey
@@ -41,6 +49,7 @@ class JobSpec:
     card_request: Mapping[tuple[str, ...], int] = field(default_factory=dict)
     min_resources: Mapping[str, int] = field(default_factory=dict)
     one_card_type: bool = False
+    enqueued: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

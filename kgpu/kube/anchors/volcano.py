@@ -27,7 +27,13 @@ gang, ``spec.queue`` (Volcano's default ``default``), ``spec.minResources``,
 ``spec.priorityClassName`` (its value is looked up by the session input, as for kgpu's own),
 annotation ``volcano.sh/card.request``, and Volcano's "one card type per job". Its pods find
 it by ``scheduling.k8s.io/group-name`` and name their card by ``volcano.sh/card.name`` (read
-with the pod, :mod:`kgpu.model.card`).
+with the pod, :mod:`kgpu.model.card`). Its ``status.phase`` is read as its admission
+(``JobSpec.enqueued``), since Volcano's job controller creates a Job's pods only once its
+PodGroup is ``Inqueue``: empty or ``Pending`` not admitted (judged by enqueue, pods or
+none), ``Inqueue`` admitted (not judged again; its ``minResources`` held in its queue until
+its pods are placed), ``Running``, ``Unknown`` or ``Completed`` neither (its pods are
+scheduled as any job's). The phase is on the object, so a restarted kgpu reads back what it
+admitted.
 
 Every malformed field raises :class:`ConversionError` naming the object (with its API group,
 so that a Volcano Queue and a kgpu Queue of one name are told apart), the field, the value
@@ -68,6 +74,17 @@ VOLCANO_QUEUES: Final = Resource(GROUP, VERSION, "queues", "Queue", namespaced=F
 VOLCANO_PODGROUPS: Final = Resource(GROUP, VERSION, "podgroups", "PodGroup", namespaced=True)
 # Volcano's hierarchy hangs from a Queue named root; kgpu's top level stands for it.
 ROOT_QUEUE: Final = "root"
+# A PodGroup's status.phase as its admission (see the docstring); Volcano's five phases.
+PHASE_PENDING: Final = "Pending"
+PHASE_INQUEUE: Final = "Inqueue"
+ADMISSION: Final[Mapping[str, bool | None]] = {
+    "": False,
+    PHASE_PENDING: False,
+    PHASE_INQUEUE: True,
+    "Running": None,
+    "Unknown": None,
+    "Completed": None,
+}
 
 # What kgpu accounts of a ResourceList; other names are passed over (see the docstring).
 RESOURCE_NAMES: Final = {"cpu": CPU, "memory": MEMORY, "nvidia.com/gpu": GPU}
@@ -197,6 +214,10 @@ def volcano_podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
             request = parse_card_request(text)
         except CardError as exc:
             raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
+    status = fields.mapping(obj, "status", "status")
+    phase = fields.string(status, "phase", "status.phase")
+    if phase not in ADMISSION:
+        raise fields.fail("status.phase", phase, f"one of {', '.join(p for p in ADMISSION if p)}")
     return JobSpec(
         key=JobKey(f"{namespace}/{name}"),
         queue=fields.string(spec, "queue", "spec.queue") or DEFAULT_QUEUE,
@@ -205,4 +226,5 @@ def volcano_podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
         card_request=request,
         min_resources=resource_list(fields, spec, "minResources", "spec.minResources"),
         one_card_type=True,
+        enqueued=ADMISSION[phase],
     )

@@ -9,7 +9,9 @@ runner. What goes into it (:class:`kgpu.framework.session_snapshot.Snapshot`):
 - running tasks: our bound pods that are not being deleted, and the pods whose binds are in
   flight (``assumed``), since the time their pod started (or was created);
 - pending tasks: the batch of pods the loop chose this session;
-- jobs: each PodGroup those tasks name, and every other pod as a job of its own (its
+- jobs: each PodGroup those tasks name, every PodGroup that waits for admission with no
+  pod here (:mod:`kgpu.kube.snapshot.awaiting_groups`: Volcano's, whose pods are created
+  only once it is admitted), and every other pod as a job of its own (its
   priority and creation time order it among the others, as the plain allocate did). A
   PodGroup's priority is the value of the PriorityClass its ``spec.priorityClassName``
   names, else its pods' highest. A class that does not exist gets the PodGroup a Warning
@@ -62,6 +64,7 @@ from kgpu.kube.objects.queue_podgroup import (
     queue_from_k8s,
 )
 from kgpu.kube.objects.queue_tenancy import ADMITTED_QUEUE_ANNOTATION, QueueFences
+from kgpu.kube.snapshot.awaiting_groups import awaiting_jobs
 from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod, Problem
 from kgpu.model.card import NAME_ANNOTATION
 from kgpu.model.job import JobKey, JobSpec, Task
@@ -309,6 +312,8 @@ def assemble(
             alone = members[0].pod
             jobs.append(JobSpec(job_key, queue, priority=priority, created=created[alone.key]))
         # else: pods of a PodGroup that does not exist; the session says so
+    fences = objects.fences if objects.enforced else None
+    jobs.extend(awaiting_jobs(objects.jobs, pods_of, objects.priorities, fences, objects.volcano))
     # Only the batch's pods bind: what a running pod was charged to is recorded already.
     admitted = {key: queue_of.get(job, "") or DEFAULT_QUEUE for key, job in batch_jobs}
     if refused:

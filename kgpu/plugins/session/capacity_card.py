@@ -8,7 +8,9 @@ plugin adds what is particular to cards:
 - enqueue: a job's ``volcano.sh/card.request`` must fit the quota of its queue and of
   every ancestor that sets one, counting what they hold and the requests of jobs admitted
   before it in this session; for alternatives ``A|B`` one of them must fit, tried in the
-  written order;
+  written order; a job admitted in an earlier session whose pods are not placed yet
+  (``JobSpec.enqueued``: a Volcano PodGroup ``Inqueue``) counts its request too, as the
+  first alternative its queue's path has a quota for;
 - allocation: a pod that names a card may only use it if some queue on its path has a
   quota for that card ("card types without quotas default to 0", as in Volcano);
 - ``cardUnlimitedCpuMemory``: pods that hold a card are not held to their queue's CPU and
@@ -76,6 +78,17 @@ class CapacityCard:
                 if limit is not None and held + units > limit:
                     return Shortfall(tree.name(q), card, units, held, limit)
             return None
+
+        for job in session.jobs:
+            if job.spec.enqueued and job.spec.card_request and job.queue >= 0 and not job.running:
+                path = tree.path[job.queue]
+                for alternatives, count in job.spec.card_request.items():
+                    quoted = [
+                        c for c in alternatives if any(c in tree.specs[q].limit for q in path)
+                    ]
+                    card = (quoted or list(alternatives))[0]
+                    for q in path:
+                        add(inqueue[q], {card: count * MILLI})
 
         def enqueueable(job: JobInfo, vec: Vector) -> Status | None:
             charge: Vector = {}

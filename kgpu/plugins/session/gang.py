@@ -3,7 +3,9 @@
 With this plugin the allocate action places a job's first ``minMember`` pods through one
 statement and keeps them only if all fit; pods past the minimum (an elastic job's extras)
 are placed one by one afterwards. A job with fewer pods than its minimum can never be
-ready and is reported as such rather than tried.
+ready and is reported as such rather than tried; but a job with no pod at all whose
+PodGroup records its admission (Volcano's, whose pods are created once it is admitted) is
+enqueue's to judge, not invalid.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ class Gang:
 
 def _valid(job: JobInfo) -> Status | None:
     pods = len(job.running) + len(job.pending) + len(job.placed)
-    if pods >= job.spec.min_member:
-        return None
+    if pods >= job.spec.min_member or (not pods and job.spec.enqueued is not None):
+        return None  # none yet, for a job whose pods are made once it is admitted: enqueue's
     message = f"job {job.key} has {pods} pods, fewer than its minMember {job.spec.min_member}"
     return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (message,), names.GANG, "NotEnoughPods")
 
