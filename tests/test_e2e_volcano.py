@@ -77,8 +77,7 @@ def _as_volcanos_controller(cluster: Cluster, jobs: list[dict[str, Any]]) -> lis
     for group, _ in made:
         cluster.client.create(VOLCANO_PODGROUPS, group, cluster.namespace)
         names.append(str(group["metadata"]["name"]))
-    for name in names:
-        wait_until(lambda name=name: _phase(cluster, name) == "Inqueue", timeout=60)
+    wait_until(lambda: all(_phase(cluster, n) == "Inqueue" for n in names), timeout=60)
     for _, pods in made:
         for pod in pods:
             pod["spec"]["schedulerName"] = cluster.scheduler  # what a switching team sets
