@@ -58,6 +58,21 @@ def test_run_registers_and_serves_its_webhook(tmp_path: Path) -> None:
     assert double.get("validatingwebhookconfigurations", "kgpu-scheduler-workstation") is None
 
 
+def test_with_kaito_workspaces_the_registration_sends_kaito_s_workspaces_too(
+    tmp_path: Path,
+) -> None:
+    def hooks(kaito: bool) -> set[str]:
+        companion = WorkstationWebhook(SCHEDULER, port=0, host="127.0.0.1", kaito=kaito)
+        with KubeDouble() as double, schedulers() as start:
+            start(fast_options(double, tmp_path, companions=(companion,)))
+            config = double.get("validatingwebhookconfigurations", "kgpu-scheduler-workstation")
+            assert config is not None
+            return {w["name"] for w in config["webhooks"]}
+
+    assert "workspaces.kaito.sh" in hooks(kaito=True)
+    assert "workspaces.kaito.sh" not in hooks(kaito=False)
+
+
 def test_a_restart_replaces_the_registration(tmp_path: Path) -> None:
     with KubeDouble() as double:
         for _ in range(2):

@@ -371,6 +371,7 @@ def run_scheduler(
                             webhook_host,
                             webhook_address,
                             record_key=record_key,
+                            kaito=workspaces and kaito_workspaces,
                         ),
                     )
                     if serve_webhook

@@ -64,6 +64,7 @@ class WorkstationWebhook:
     host: str = ""  # "": route_address of the API server
     bind: str = ""  # "": the route's local address, the interface facing the API server
     record_key: str = ""  # NAMESPACE/NAME of kgpu run's record key; "": its default
+    kaito: bool = False  # --kaito-workspaces: KAITO's Workspaces are sent to the webhook too
     server: WebhookServer | None = field(default=None, init=False)
     url: str = field(default="", init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
@@ -94,7 +95,7 @@ class WorkstationWebhook:
         self.url = base_url(host, self.server.port)
         log.info("admission webhook served at %s", self.url)
         try:
-            register(client, self.scheduler_name, self.url, tls.ca_pem)
+            register(client, self.scheduler_name, self.url, tls.ca_pem, kaito=self.kaito)
         except BaseException:
             self._close()
             raise

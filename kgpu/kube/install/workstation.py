@@ -50,15 +50,18 @@ def registration_name(scheduler_name: str) -> str:
     return f"{scheduler_name}-workstation"
 
 
-def render_registration(scheduler_name: str, base_url: str, ca_pem: bytes) -> list[Obj]:
-    """The two configurations calling ``base_url`` ("https://HOST:PORT"), validating first."""
+def render_registration(
+    scheduler_name: str, base_url: str, ca_pem: bytes, *, kaito: bool = False
+) -> list[Obj]:
+    """The two configurations calling ``base_url`` ("https://HOST:PORT"), validating first;
+    ``kaito``: KAITO's Workspaces are kgpu's (``--kaito-workspaces``), so they are sent too."""
     client = url_client(base_url, ca_pem)
     meta = {"name": registration_name(scheduler_name), "labels": dict(_MANAGED)}
     return [
         configuration(
             VALIDATING_WEBHOOKS.kind,
             meta,
-            validating_webhooks(client, VALIDATING_FAILURE_POLICY),
+            validating_webhooks(client, VALIDATING_FAILURE_POLICY, kaito=kaito),
         ),
         configuration(
             MUTATING_WEBHOOKS.kind,
@@ -68,11 +71,13 @@ def render_registration(scheduler_name: str, base_url: str, ca_pem: bytes) -> li
     ]
 
 
-def register(client: KubeClient, scheduler_name: str, base_url: str, ca_pem: bytes) -> list[Obj]:
+def register(
+    client: KubeClient, scheduler_name: str, base_url: str, ca_pem: bytes, *, kaito: bool = False
+) -> list[Obj]:
     """Create kgpu's namespace if missing, then create or replace both configurations;
     KubeError when the API server refuses."""
     ensure_namespace(client, RESERVATION_NAMESPACE)
-    objects = render_registration(scheduler_name, base_url, ca_pem)
+    objects = render_registration(scheduler_name, base_url, ca_pem, kaito=kaito)
     resources = (VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS)
     written = [_apply(client, r, obj) for r, obj in zip(resources, objects, strict=True)]
     log.info("webhook registered as %s at %s", registration_name(scheduler_name), base_url)
