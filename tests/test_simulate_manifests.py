@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from kgpu.cli import main
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
-from kgpu.sim.manifests import ManifestError, simulate_manifests
+from kgpu.sim.manifests import READ_HERE, ManifestError, simulate_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "manifests"
 
@@ -160,8 +160,25 @@ def test_lists_other_kinds_and_broken_nodes(tmp_path: Path) -> None:
     assert run.notes == [
         'a.yaml#1 items[1]: node skipped: Node broken: status.allocatable[cpu] is "many", '
         "expected a quantity such as 500m, 4, 1.5, 8Gi or 1e3",
-        "a.yaml#3: Deployment ml/web skipped: only Node, Pod, PriorityClass and kgpu.io Queue and PodGroup are simulated",
-        "a.yaml#4: ConfigMap cfg skipped: only Node, Pod, PriorityClass and kgpu.io Queue and PodGroup are simulated",
+        f"a.yaml#3: Deployment ml/web skipped: {READ_HERE}",
+        f"a.yaml#4: ConfigMap cfg skipped: {READ_HERE}",
+    ]
+    assert READ_HERE == (
+        "simulate manifests reads Nodes, Pods, PriorityClasses, Queues and PodGroups (kgpu.io, "
+        "KAI's, Volcano's), Volcano Jobs, Devices (kgpu.io, Koordinator's) and KAITO Workspaces"
+    )
+
+
+def test_a_kind_another_simulation_reads_is_pointed_there(tmp_path: Path) -> None:
+    tmp_path.joinpath("a.yaml").write_text(
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: gpu}\n---\n"
+        "apiVersion: kgpu.io/v1alpha1\nkind: Workspace\nmetadata: {name: w, namespace: ml}\n"
+    )
+    assert simulate_manifests(tmp_path).notes == [
+        f"a.yaml#1: NodePool gpu skipped: {READ_HERE}; this kind is read by "
+        "kgpu simulate autoscale --nodepool FILE",
+        f"a.yaml#2: Workspace ml/w skipped: {READ_HERE}; this kind is read by "
+        "kgpu simulate workspaces",
     ]
 
 

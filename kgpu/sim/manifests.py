@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import yaml
@@ -268,12 +268,7 @@ def _convert(documents: list[Document]) -> _Converted:
             if _name(doc.obj) not in names:
                 out.notes.append(f"{doc.source}: {_describe(doc)} skipped: no Node of its name")
         elif doc.kind != "PriorityClass":
-            out.notes.append(
-                # The anchors' kinds are read too (above); the note keeps its words, which
-                # the examples' decision digests hold (tests/test_decision_digests.py).
-                f"{doc.source}: {_describe(doc)} skipped: only Node, Pod, PriorityClass and "
-                "kgpu.io Queue and PodGroup are simulated"
-            )
+            out.notes.append(f"{doc.source}: {_describe(doc)} skipped: {_elsewhere(doc.obj)}")
     return out
 
 
@@ -294,6 +289,25 @@ def _devices(documents: list[Document]) -> dict[str, Mapping[str, Any]]:
         (d for d in found if not is_koordinator_device(d)),
         (d for d in found if is_koordinator_device(d)),
     )
+
+
+# What the note on a skipped document says: the kinds read here, and where the kinds read
+# by another simulation go.
+READ_HERE: Final = (
+    "simulate manifests reads Nodes, Pods, PriorityClasses, Queues and PodGroups (kgpu.io, "
+    "KAI's, Volcano's), Volcano Jobs, Devices (kgpu.io, Koordinator's) and KAITO Workspaces"
+)
+OTHER_SIMULATIONS: Final = {
+    ("karpenter.sh", "NodePool"): "kgpu simulate autoscale --nodepool FILE",
+    ("kgpu.io", "InstanceType"): "kgpu simulate autoscale --nodepool FILE",
+    ("kgpu.io", "Workspace"): "kgpu simulate workspaces",
+}
+
+
+def _elsewhere(obj: Mapping[str, Any]) -> str:
+    group = str(obj.get("apiVersion", "")).split("/", 1)[0]
+    other = OTHER_SIMULATIONS.get((group, str(obj.get("kind", ""))))
+    return f"{READ_HERE}; this kind is read by {other}" if other else READ_HERE
 
 
 def _add_pod(
