@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,30 +26,22 @@ from kgpu.kube.anchors.koordinator import (
     device_allocated,
 )
 from kgpu.kube.api.client import KubeClient
-from kgpu.kube.api.errors import Conflict, KubeError
+from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.resource_types import NODES
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION
 from kgpu.sim.manifests import simulate_manifests
 from tests import koordinator_seed as seed
-from tests.anchor_crds.koordinator import NAME, device_crd
+from tests.anchor_crds import install
+from tests.anchor_crds.koordinator import device_crd
 from tests.kube_objects import wait_until
 from tests.test_e2e_kube import TEST_LABEL, Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
-from tests.test_e2e_queues import CRDS
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def koordinator_crd(client: KubeClient) -> None:  # noqa: F811
-    with contextlib.suppress(Conflict):
-        client.create(CRDS, device_crd())
-
-    def established() -> bool:
-        conditions = client.get(CRDS, NAME).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    wait_until(established, timeout=30)
-    time.sleep(1.0)  # the discovery of the new group reaches every handler of the server
+    install(client, [device_crd()])
 
 
 def test_the_seeds_requests_and_device_live_and_simulated(

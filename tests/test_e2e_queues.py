@@ -8,41 +8,25 @@ and is deleted after; everything else lives in the test's namespace (see test_e2
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kgpu.kube.api.client import KubeClient
-from kgpu.kube.api.errors import Conflict, KubeError
+from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.resource_types import PODGROUPS, QUEUES, Resource
 from kgpu.kube.install.crds import custom_resource_definitions
+from tests.anchor_crds import install
 from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
-CRDS = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
-)
-
 
 @pytest.fixture(scope="module")
 def crds(client: KubeClient) -> None:  # noqa: F811
-    for crd in custom_resource_definitions():
-        with contextlib.suppress(Conflict):
-            client.create(CRDS, crd)
-    for crd in custom_resource_definitions():
-        name = crd["metadata"]["name"]
-
-        def established(name: str = name) -> bool:
-            found = client.get(CRDS, name)
-            conditions = found.get("status", {}).get("conditions", [])
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        wait_until(established, timeout=30)
-    time.sleep(1.0)  # the discovery of the new group reaches every handler of the server
+    install(client, custom_resource_definitions())
 
 
 def _status(client: KubeClient, resource: Resource, name: str, ns: str | None = None) -> Any:  # noqa: F811

@@ -13,7 +13,6 @@ after; the rest lives in the test's namespace.
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,14 @@ import pytest
 from kgpu.kube.anchors.volcano import VOLCANO_PODGROUPS, VOLCANO_QUEUES
 from kgpu.kube.anchors.volcano_job import expand_job
 from kgpu.kube.api.client import KubeClient
-from kgpu.kube.api.errors import Conflict, KubeError
+from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.resource_types import NAMESPACES, Resource
 from kgpu.kube.explain.explanation import explain_live
 from tests import volcano_seed as seed
+from tests.anchor_crds import install
 from tests.anchor_crds.volcano import volcano_crds
 from tests.kube_objects import node_obj, wait_until
 from tests.test_e2e_kube import TEST_LABEL, Cluster, _stop, client, cluster, kubeconfig  # noqa: F401
-from tests.test_e2e_queues import CRDS
 
 pytestmark = pytest.mark.e2e
 
@@ -38,19 +37,7 @@ JOBS = Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job", namespaced=True)
 
 @pytest.fixture(scope="module")
 def volcano(client: KubeClient) -> None:  # noqa: F811
-    for crd in volcano_crds():
-        with contextlib.suppress(Conflict):
-            client.create(CRDS, crd)
-    for crd in volcano_crds():
-        name = crd["metadata"]["name"]
-
-        def established(name: str = name) -> bool:
-            found = client.get(CRDS, name)
-            conditions = found.get("status", {}).get("conditions", [])
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        wait_until(established, timeout=30)
-    time.sleep(1.0)  # the discovery of the new groups reaches every handler of the server
+    install(client, volcano_crds())
     # kgpu reads Volcano's PodGroups in every namespace, and an Inqueue one holds its
     # minimum in its queue (the seed's team-a, which every run uses). No namespace
     # controller runs beside this API server, so the PodGroups of earlier runs' namespaces

@@ -207,6 +207,32 @@ def test_a_gang_is_placed_whole_or_not_at_all(double: KubeDouble, start: Start) 
     assert conditions(found)["Unschedulable"][0] == "False"
 
 
+def test_a_gang_whose_pods_arrive_one_by_one_is_placed_when_the_last_arrives(
+    double: KubeDouble, start: Start
+) -> None:
+    # A controller (Volcano's job controller) creates a gang's pods one at a time: each pod
+    # before the last is told the gang is short, and the last one's arrival tries them all
+    # again at once, not after the hour-long retry.
+    double.put(node_obj("n1", gpus=4))
+    double.put(queue_obj("team", deserved={"gpu": 4}))
+    double.put(podgroup_obj("train", "team", 3))
+    start(loop=LoopConfig(unschedulable_retry=3600, idle_wait=0.05, event_repeat=0.0))
+
+    def told(name: str) -> bool:
+        said = f"Pod {name}: job default/train has"
+        return any(e.startswith(said) for e in events(double, "FailedScheduling"))
+
+    double.put(member("w0", "train"))
+    wait_until(lambda: told("w0"))
+    double.put(member("w1", "train"))
+    wait_until(lambda: told("w1"))
+    assert [e for e in events(double, "FailedScheduling") if "w1" in e] == [
+        "Pod w1: job default/train has 2 pods, fewer than its minMember 3"
+    ]
+    double.put(member("w2", "train"))
+    wait_until(lambda: len(double.bound()) == 3)
+
+
 def test_a_queue_at_its_limit_leaves_the_pod_pending(double: KubeDouble, start: Start) -> None:
     double.put(node_obj("n1", gpus=4))
     double.put(queue_obj("small", limit={"gpu": 1}, cards={"A100": {"deserved": 1, "limit": 2}}))

@@ -64,7 +64,8 @@ def install(client: KubeClient, crds: list[Obj]) -> None:
         name = obj["metadata"]["name"]
 
         def established(name: str = name) -> bool:
-            conditions = client.get(CRDS, name).get("status", {}).get("conditions", [])
+            # null until the server has judged the CRD, then a list
+            conditions = client.get(CRDS, name).get("status", {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
         wait_until(established, timeout=30)

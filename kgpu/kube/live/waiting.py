@@ -7,7 +7,10 @@ A pod waits for one of two reasons:
 - Unschedulable (the reason code of the filter that rejected it, ``Preempting`` while its
   victims leave, ``InvalidPodGroup``, ``InvalidRequest``): it waits until the pod itself
   changes (a new resourceVersion), the cluster changes (the loop's generation: a node, a
-  deletion, a Queue), or ``unschedulable_retry`` passes, whichever comes first.
+  deletion, a Queue), or ``unschedulable_retry`` passes, whichever comes first; a pod of a
+  PodGroup also until another pod of that PodGroup arrives. A gang is short of pods while
+  its controller creates them one by one (Volcano's job controller, a JobSet...): each
+  arrival tries the gang again, so the last pod does not wait out the retry.
 
 A preemptor (``Preempting``) is retried like any other pod, but while a pod on the node
 it was nominated for is still terminating it may be placed and evict no one
@@ -31,7 +34,9 @@ from typing import Any, Final
 from kgpu.kube.api.event_recorder import WARNING, EventRecorder
 from kgpu.kube.api.resource_types import object_key, resource_version, uid
 from kgpu.kube.live.metrics import SchedulerMetrics
+from kgpu.kube.objects.queue_podgroup import pod_group_of
 from kgpu.kube.snapshot.cache_snapshot import Assumed, CacheSnapshot, PendingPod
+from kgpu.model.job import JobKey
 from kgpu.model.pod import PodKey
 
 PREEMPTING: Final = "Preempting"
@@ -83,15 +88,29 @@ class WaitingBook:
 
     def ready(self, snap: CacheSnapshot, generation: int, now: float) -> list[PendingPod]:
         """The snapshot's pending pods not held back; says why the unreadable ones wait."""
-        ready = []
+        ready: list[PendingPod] = []
+        held: list[PendingPod] = []
+        arrived: set[JobKey] = set()  # PodGroups with a pod not tried before
         for obj, error in snap.unreadable:
             self.unschedulable(obj, "InvalidRequest", str(error), generation, now, count=True)
         with self._lock:
             for pod in snap.pending:
                 key = pod.spec.key
                 self._first_seen.setdefault(key, now)
-                if not held_back(self.waiting.get(key), pod.obj, generation, now):
-                    ready.append(pod)
+                waiting = self.waiting.get(key)
+                if held_back(waiting, pod.obj, generation, now):
+                    held.append(pod)
+                    continue
+                ready.append(pod)
+                if waiting is None and (group := pod_group_of(pod.spec)):
+                    arrived.add(group)
+            if arrived:
+                ready += [
+                    pod
+                    for pod in held
+                    if self.waiting[pod.spec.key].reason != "BackingOff"
+                    and pod_group_of(pod.spec) in arrived
+                ]
         return ready
 
     def victims_leaving(
