@@ -10,7 +10,9 @@ backfill, reclaim, preempt) and close (pending reasons, events). The first sessi
 the snapshot cold; then, cycle after cycle, its decisions are carried out (binds start
 pods, evictions stop them), 1% of the running jobs end and as many new pods arrive, and
 the next session runs: the later cycles are the steady state. Building the snapshot is
-not timed. Prints each session's time, step by step, and what it decided.
+not timed. Prints each session's time, step by step, and what it decided, and the
+process's peak resident memory while it ran (:mod:`peak_memory`, Linux: the snapshot
+included, since the session holds it).
 
 Target: at most 1 s a session (KAI publishes a 2.35 s cycle at 4,000 nodes and 140,000
 pods).
@@ -310,6 +312,10 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=4, help="cycles after the first")
     parser.add_argument("--churn", type=float, default=0.01, help="share of jobs ending a cycle")
     args = parser.parse_args()
+    # Beside this script (on the path when run as bench/session.py); imported here because
+    # tests/test_decision_digests.py loads this module by its file.
+    import peak_memory
+
     print(f"kgpu scheduling core: {core_build()}")
     start = time.perf_counter()
     snapshot = build_snapshot(args.nodes, args.running, args.pending, args.seed, args.mix)
@@ -323,9 +329,11 @@ def main() -> None:
     )
     rng = np.random.default_rng(args.seed + 1)
     for cycle in range(args.cycles + 1):
+        peak_memory.reset()
         times, result = run_once(snapshot, args.policy)
         label = "first session" if cycle == 0 else f"cycle {cycle}"
-        print(f"{label}: {describe(times, result)}")
+        peak = peak_memory.shown(peak_memory.peak_mib())
+        print(f"{label}: {describe(times, result)}; peak {peak} MiB")
         snapshot = next_cycle(snapshot, result, rng, args.churn, args.mix)
 
 
