@@ -221,7 +221,7 @@ def test_a_kgpu_queue_of_the_same_name_wins_and_volcanos_is_warned() -> None:
             "metadata": {"name": "team-a", "uid": "k"}, "spec": {"limit": {"gpu": 1}}}  # fmt: skip
     theirs = {**_queue({"capability": {"nvidia.com/gpu": 9}}), "metadata": {"name": "team-a"}}
     root = {**_queue({}), "metadata": {"name": "root"}}
-    objects = QueueReader().read([ours], [], (), [theirs, root])
+    objects = QueueReader().read([ours, theirs, root], [])
     assert [q.limit for q in objects.queues] == [{"gpu": 1000}]
     assert objects.volcano == set()
     [problem] = objects.problems
@@ -236,7 +236,7 @@ def test_volcano_objects_are_read_beside_kgpus_and_bad_ones_left_out_alone() -> 
     bad = {**_queue({"weight": -1}), "metadata": {"name": "bad"}}
     group = _group({"queue": "team-a", "minMember": 2})
     broken = {**_group({"minMember": 0}), "metadata": {"name": "broken", "namespace": "ml"}}
-    objects = QueueReader().read([], [], (), [_queue({}), bad], [group, broken])
+    objects = QueueReader().read([_queue({}), bad], [group, broken])
     assert [q.name for q in objects.queues] == ["team-a"]
     assert objects.invalid["bad"].startswith("Queue bad (scheduling.volcano.sh): spec.weight")
     assert objects.jobs[JobKey("ml/training")].min_member == 2

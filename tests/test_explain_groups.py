@@ -39,7 +39,7 @@ def test_a_missing_volcano_podgroup_is_said_not_fits_now() -> None:
 
 def test_an_unreadable_podgroup_is_said_with_its_error() -> None:
     pod = _member("w0", "training")
-    groups = GroupObjects(volcano_podgroups=[_podgroup("training", 0)])
+    groups = GroupObjects(podgroups=[_podgroup("training", 0)])
     assert _explain(pod, [pod], groups) == (
         "Pod ml/w0 is pending: PodGroup ml/training (scheduling.volcano.sh): spec.minMember is "
         "0, expected a whole number, at least 1; its pods are not scheduled until it is fixed"
@@ -48,7 +48,7 @@ def test_an_unreadable_podgroup_is_said_with_its_error() -> None:
 
 def test_a_gang_short_of_pods_is_said() -> None:
     pods = [_member(f"w{i}", "training") for i in range(2)]
-    groups = GroupObjects(volcano_podgroups=[_podgroup("training", 3)])
+    groups = GroupObjects(podgroups=[_podgroup("training", 3)])
     assert _explain(pods[0], pods, groups) == (
         "Pod ml/w0 is pending: job ml/training has 2 pods, fewer than its minMember 3"
     )
@@ -56,7 +56,7 @@ def test_a_gang_short_of_pods_is_said() -> None:
 
 def test_a_whole_gang_fits_now() -> None:
     pods = [_member(f"w{i}", "training") for i in range(3)]
-    groups = GroupObjects(volcano_podgroups=[_podgroup("training", 3)])
+    groups = GroupObjects(podgroups=[_podgroup("training", 3)])
     assert "fits now" in _explain(pods[0], pods, groups)
 
 
@@ -66,9 +66,7 @@ def test_a_volcano_queue_at_its_card_quota_is_said() -> None:
              "spec": {"capability": {"nvidia.com/gpu": 1}}}  # fmt: skip
     pods = [_member(f"w{i}", "training") for i in range(2)]
     pods[1]["spec"]["nodeName"] = "a100-0"
-    groups = GroupObjects(
-        volcano_queues=[queue], volcano_podgroups=[_podgroup("training", 1, "team-a")]
-    )
+    groups = GroupObjects(queues=[queue], podgroups=[_podgroup("training", 1, "team-a")])
     assert _explain(pods[0], pods, groups) == (
         "Pod ml/w0 is pending: queue team-a: gpu requested 1, allocated 1, quota 1"
     )

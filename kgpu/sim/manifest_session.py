@@ -46,20 +46,10 @@ def session_results(
     session evicts are marked so among ``run.results``; what could not be used goes to
     ``run.notes``; the session's binds stay in ``run.state``."""
 
-    def of(kind: str, volcano: bool) -> list[Obj]:
-        return [
-            g
-            for g in groups
-            if g.get("kind") == kind
-            and str(g.get("apiVersion", "")).startswith("scheduling.volcano.sh/") == volcano
-        ]
-
     objects = QueueReader().read(
-        of("Queue", False),
-        of("PodGroup", False),
+        [g for g in groups if g.get("kind") == "Queue"],
+        [g for g in groups if g.get("kind") == "PodGroup"],
         [{"metadata": {"name": name}, "value": value} for name, value in classes.items()],
-        of("Queue", True),
-        of("PodGroup", True),
     )
     pending = [p for p, _ in waiting]
     made = assemble(CacheSnapshot(run.state, bound=list(running)), pending, {}, objects, now=NOW)

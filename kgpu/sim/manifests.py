@@ -39,7 +39,6 @@ import yaml
 from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Placement, Scheduler
-from kgpu.kube.anchors.kai import is_kai
 from kgpu.kube.anchors.koordinator import (
     device_by_node,
     is_koordinator_device,
@@ -55,6 +54,7 @@ from kgpu.kube.objects.node_pod import (
     pod_node_name,
 )
 from kgpu.kube.snapshot.cache_snapshot import PendingPod
+from kgpu.kube.snapshot.session_input import reads
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins.node.gpu_fit import GpuFit
@@ -247,10 +247,7 @@ def _convert(documents: list[Document]) -> _Converted:
             out.nodes.append(node)
         elif doc.kind == "Pod":
             _add_pod(out, doc, classes, default_priority, seen_pods)
-        elif doc.kind in ("Queue", "PodGroup") and (
-            str(doc.obj.get("apiVersion")).startswith(("kgpu.io/", "scheduling.volcano.sh/"))
-            or is_kai(doc.obj)
-        ):
+        elif reads(doc.obj):
             out.groups.append(doc.obj)  # read by the live loop's reader, each as its own
         elif is_volcano_job(doc.obj):
             # What Volcano's job controller makes of it: a PodGroup and the tasks' pods.

@@ -31,19 +31,27 @@ from typing import Any, Final
 
 from kgpu.config import load_profile
 from kgpu.framework.scheduler import Placement, Scheduler
+from kgpu.kube.anchors.volcano import VOLCANO_PODGROUPS, VOLCANO_QUEUES
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.printable import printable
-from kgpu.kube.api.resource_types import uid
+from kgpu.kube.api.resource_types import (
+    KAI_PODGROUPS,
+    KAI_QUEUES,
+    PODGROUPS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    Resource,
+    uid,
+)
 from kgpu.kube.explain.near_miss import NearMiss, cpu_text, gpu_share_text, memory_text, near_misses
 from kgpu.kube.explain.session_verdict import GroupObjects, session_verdict
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s, pod_node_name
-from kgpu.kube.objects.queue_podgroup import queue_from_k8s
-from kgpu.kube.objects.queue_tenancy import QueueFences
 from kgpu.kube.objects.record_signature import RecordKey, default_secret, key_of_secret
 from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE
 from kgpu.kube.snapshot.allocation_rebuild import minors_of
 from kgpu.kube.snapshot.cache_snapshot import SnapshotBuilder, is_ready
+from kgpu.kube.snapshot.session_input import QueueObjects
 from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec
@@ -310,14 +318,14 @@ def explain_from_objects(
     ref = object_ref("Pod", obj).removeprefix("Pod ")
     namespace = ref.split("/", 1)[0]
     groups = groups or GroupObjects(queues=queues)
-    queues = [*groups.queues, *groups.volcano_queues]
-    known = read_queues(queues, namespace)
+    objects = groups.read()  # as the loop reads them, every group's
+    known = queues_for(objects, namespace)
     answer = explain_object(snap.state, obj, scheduler, scheduler_name, notes, known, key)
     if not answer.summary.startswith(f"Pod {ref} is pending"):
         return answer
     # The loop's session over the same objects has the last word (it sees the PodGroup,
     # the gang and the queue the tiers above do not); it runs last, as it binds in the state.
-    verdict = session_verdict(snap, PodKey(ref), scheduler, profile, groups.read())
+    verdict = session_verdict(snap, PodKey(ref), scheduler, profile, objects)
     fits = "fits now" in answer.summary
     if verdict is None or (verdict.node and fits) or verdict.message == answer.nodes:
         return answer  # the session agrees with the tiers: their words stand
@@ -329,23 +337,18 @@ def explain_from_objects(
     return replace(answer, summary=summary)
 
 
-def read_queues(objs: Iterable[Obj], namespace: str | None = None) -> dict[str, QueueSpec | str]:
-    """Queue objects by name: the spec, or why it cannot be used (by the pods of
-    ``namespace``, when given: the scheduler refuses them a queue that does not serve it)."""
-    objs = list(objs)
-    fences = QueueFences.from_objects(objs) if namespace is not None else None
+def queues_for(objects: QueueObjects, namespace: str) -> dict[str, QueueSpec | str]:
+    """Every Queue by name, as the loop read it: the spec, or why it cannot be used (by the
+    pods of ``namespace``: the scheduler refuses them a queue that does not serve it)."""
+    specs = {q.name: q for q in objects.queues}
     out: dict[str, QueueSpec | str] = {}
-    for obj in objs:
-        meta = obj.get("metadata")
-        name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
-        try:
-            out[name] = queue_from_k8s(obj)
-        except ConversionError as exc:
-            out[name] = str(exc)
-            continue
-        why = fences.refusal(namespace, name) if fences and namespace is not None else None
+    for name in objects.queue_objs:
+        why = objects.invalid.get(name) or objects.fences.refusal(namespace, name)
+        found = specs.get(name)
         if why is not None:
             out[name] = why
+        elif found is not None:
+            out[name] = found
     return out
 
 
@@ -367,11 +370,11 @@ def explain_live(
     obj, nodes, pods = read_cluster(name, namespace, kubeconfig)
     api = _api_client(kubeconfig)
     groups = GroupObjects(
-        queues=list_queues(api),
-        podgroups=list_custom(api, "kgpu.io", "v1alpha1", "podgroups"),
-        priority_classes=list_custom(api, "scheduling.k8s.io", "v1", "priorityclasses"),
-        volcano_queues=list_custom(api, "scheduling.volcano.sh", "v1beta1", "queues"),
-        volcano_podgroups=list_custom(api, "scheduling.volcano.sh", "v1beta1", "podgroups"),
+        queues=[o for r in (QUEUES, KAI_QUEUES, VOLCANO_QUEUES) for o in list_of(api, r)],
+        podgroups=[
+            o for r in (PODGROUPS, KAI_PODGROUPS, VOLCANO_PODGROUPS) for o in list_of(api, r)
+        ],
+        priority_classes=list_of(api, PRIORITY_CLASSES),
     )
     return explain_from_objects(
         obj,
@@ -441,22 +444,17 @@ def read_cluster(
     return pod, nodes, pods
 
 
-def list_queues(api: Any) -> list[Obj]:
-    """The kgpu.io Queues; none where the CRD is not installed or cannot be read (the
-    answer then says queues are not enforced, which is what the scheduler does too)."""
-    return list_custom(api, "kgpu.io", "v1alpha1", "queues")
-
-
-def list_custom(api: Any, group: str, version: str, plural: str) -> list[Obj]:
-    """Every object of a resource, in all namespaces; none where it is not served or cannot
-    be read (the scheduler's optional informers read such a resource as empty too)."""
+def list_of(api: Any, resource: Resource) -> list[Obj]:
+    """Every object of a custom resource, in all namespaces; none where it is not served or
+    cannot be read (the scheduler's optional informers read such a resource as empty too;
+    without Queues the answer says queues are not enforced, as the scheduler does)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     try:
         listed = client.CustomObjectsApi(api).list_cluster_custom_object(
-            group, version, plural, _request_timeout=REQUEST_TIMEOUT_S
+            resource.group, resource.version, resource.plural, _request_timeout=REQUEST_TIMEOUT_S
         )
     except (ApiException, HTTPError):
         return []

@@ -1,7 +1,7 @@
 """What the live loop's session would say of one pending pod, for ``kgpu explain``.
 
 The tiers of an explanation look at the pod alone; the loop places it in a session, with
-its PodGroup, its gang and its queue (kgpu's or Volcano's). So that explain never
+its PodGroup, its gang and its queue (kgpu's, KAI's or Volcano's). So that explain never
 contradicts the loop, the pod's summary is the session's verdict, in the words of the
 event the loop puts on the pod: the same Queues and PodGroups read
 (:class:`~kgpu.kube.snapshot.session_input.QueueReader`), the same input
@@ -27,22 +27,15 @@ Obj = Mapping[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class GroupObjects:
-    """The objects a session reads beside Nodes and Pods, as listed (any may be empty)."""
+    """The objects a session reads beside Nodes and Pods, as listed (any may be empty):
+    the Queues and PodGroups of every group the scheduler reads (kgpu's, KAI's, Volcano's)."""
 
     queues: Iterable[Obj] = ()
     podgroups: Iterable[Obj] = ()
     priority_classes: Iterable[Obj] = ()
-    volcano_queues: Iterable[Obj] = ()
-    volcano_podgroups: Iterable[Obj] = ()
 
     def read(self) -> QueueObjects:
-        return QueueReader().read(
-            self.queues,
-            self.podgroups,
-            self.priority_classes,
-            self.volcano_queues,
-            self.volcano_podgroups,
-        )
+        return QueueReader().read(self.queues, self.podgroups, self.priority_classes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,8 +143,6 @@ class SchedulerLoop:
         anchor_queues: Sequence[Informer] = (),
         anchor_podgroups: Sequence[Informer] = (),
         koordinator_devices: Informer | None = None,
-        volcano_queues: Informer | None = None,
-        volcano_podgroups: Informer | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -163,12 +161,9 @@ class SchedulerLoop:
         # Queues and PodGroups (absent without the CRDs: every pod is then in "default").
         self.queues = queues
         self.podgroups = podgroups
-        # The anchors' Queues and PodGroups (KAI's), read beside kgpu's own.
+        # The anchors' Queues and PodGroups (KAI's, Volcano's), read beside kgpu's own.
         self.anchor_queues = tuple(anchor_queues)
         self.anchor_podgroups = tuple(anchor_podgroups)
-        # Volcano's Queues and PodGroups, read beside kgpu's (absent without its CRDs).
-        self.volcano_queues = volcano_queues
-        self.volcano_podgroups = volcano_podgroups
         # The PriorityClasses PodGroups name in spec.priorityClassName: their jobs' priority.
         self.priority_classes = priority_classes
         self._queue_reader = QueueReader()
@@ -238,10 +233,7 @@ class SchedulerLoop:
         self.decide_s = 0.0
         nodes.on_change = self._node_changed
         pods.on_change = self._pod_changed
-        for informer in (
-            queues, podgroups, *self.anchor_queues, *self.anchor_podgroups,
-            volcano_queues, volcano_podgroups,
-        ):  # fmt: skip
+        for informer in (queues, podgroups, *self.anchor_queues, *self.anchor_podgroups):
             if informer is not None:
                 informer.on_change = self._queue_changed
         if priority_classes is not None:
@@ -346,9 +338,7 @@ class SchedulerLoop:
         if self._env is not None and self._env.due(now):
             return True
         if self._bound_changed and any(
-            len(i)
-            for i in (self.podgroups, *self.anchor_podgroups, self.volcano_podgroups)
-            if i is not None
+            len(i) for i in (self.podgroups, *self.anchor_podgroups) if i is not None
         ):
             return True
         with self._lock:
@@ -399,8 +389,6 @@ class SchedulerLoop:
                 *(o for i in self.anchor_podgroups for o in i.items()),
             ],
             self.priority_classes.items() if self.priority_classes is not None else (),
-            self.volcano_queues.items() if self.volcano_queues is not None else (),
-            self.volcano_podgroups.items() if self.volcano_podgroups is not None else (),
         )
         stats.snapshot_s = time.perf_counter() - started
         self._warn(snap.problems)

@@ -130,11 +130,15 @@ class RunningScheduler:
         self.custom = [
             Informer(self.client, r, optional=True, watch_seconds=watch) for r in CUSTOM_RESOURCES
         ]
-        # KAI Scheduler's Queues and PodGroups, read beside kgpu's (kgpu.kube.anchors.kai);
-        # a cluster without KAI's CRDs reads as none.
-        self.kai = [
+        # The anchors' Queues and PodGroups (KAI's, Volcano's: kgpu.kube.anchors), read
+        # beside kgpu's; a cluster without their CRDs reads as none.
+        self.anchor_queues = [
             Informer(self.client, r, optional=True, watch_seconds=watch)
-            for r in (KAI_QUEUES, KAI_PODGROUPS)
+            for r in (KAI_QUEUES, VOLCANO_QUEUES)
+        ]
+        self.anchor_podgroups = [
+            Informer(self.client, r, optional=True, watch_seconds=watch)
+            for r in (KAI_PODGROUPS, VOLCANO_PODGROUPS)
         ]
         # A PodGroup's spec.priorityClassName is its job's priority. Built in since v1.14,
         # so not optional: without it jobs would rank wrongly until it listed.
@@ -143,19 +147,13 @@ class RunningScheduler:
         self.koordinator_devices = Informer(
             self.client, KOORDINATOR_DEVICES, optional=True, watch_seconds=watch
         )
-        # Volcano's Queues and PodGroups, read beside kgpu's (kgpu.kube.anchors.volcano);
-        # a cluster without Volcano's CRDs reads as none.
-        self.volcano = [
-            Informer(self.client, r, optional=True, watch_seconds=watch)
-            for r in (VOLCANO_QUEUES, VOLCANO_PODGROUPS)
-        ]
         self.informers = [
             self.nodes,
             self.pods,
             self.priority_classes,
             *self.custom,
-            *self.kai,
-            *self.volcano,
+            *self.anchor_queues,
+            *self.anchor_podgroups,
             self.koordinator_devices,
         ]
         self.claims: Informer | None = None
@@ -199,10 +197,8 @@ class RunningScheduler:
             podgroups=next(i for i in self.custom if i.resource == PODGROUPS),
             priority_classes=self.priority_classes,
             record_key=self.record_key,
-            anchor_queues=self.kai[:1],
-            anchor_podgroups=self.kai[1:],
-            volcano_queues=self.volcano[0],
-            volcano_podgroups=self.volcano[1],
+            anchor_queues=self.anchor_queues,
+            anchor_podgroups=self.anchor_podgroups,
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:

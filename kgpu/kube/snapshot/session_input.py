@@ -49,12 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kgpu.framework.session_snapshot import Snapshot
-from kgpu.kube.anchors import kai
-from kgpu.kube.anchors.volcano import (
-    is_root_queue,
-    volcano_podgroup_from_k8s,
-    volcano_queue_from_k8s,
-)
+from kgpu.kube.anchors import kai, volcano
 from kgpu.kube.api.resource_types import meta, object_key, parse_time, resource_version, uid
 from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.objects.queue_podgroup import (
@@ -110,16 +105,20 @@ class QueueReader:
     session reads only the objects that changed."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], tuple[str, QueueSpec | JobSpec | ConversionError]] = {}
+        self._seen: dict[
+            tuple[str, str, str], tuple[str, QueueSpec | JobSpec | ConversionError]
+        ] = {}
 
     def _read(self, kind: str, obj: Obj) -> QueueSpec | JobSpec | ConversionError:
-        mark = (kind, uid(obj) or object_key(obj))
+        mark = _mark(kind, obj)
         version = resource_version(obj)
         known = self._seen.get(mark)
         if known is not None and known[0] == version and version:
             return known[1]
+        converters = _READERS[_group(obj)]
+        convert = converters.queue if kind == "Queue" else converters.podgroup
         try:
-            read: QueueSpec | JobSpec | ConversionError = _converter(kind, obj)(obj)
+            read: QueueSpec | JobSpec | ConversionError = convert(obj)
         except ConversionError as exc:
             read = exc
         self._seen[mark] = (version, read)
@@ -130,38 +129,35 @@ class QueueReader:
         queue_objs: Iterable[Obj],
         podgroup_objs: Iterable[Obj],
         priority_class_objs: Iterable[Obj] = (),
-        volcano_queues: Iterable[Obj] = (),
-        volcano_podgroups: Iterable[Obj] = (),
     ) -> QueueObjects:
-        """``volcano_queues`` and ``volcano_podgroups``: Volcano's objects, read beside
-        kgpu's; where both name one queue or PodGroup, kgpu's own is used and Volcano's left
-        out with a Warning (``Shadowed``), so that a switch never mixes two definitions."""
+        """The Queues and PodGroups of every group kgpu reads (kgpu.io, KAI's, Volcano's:
+        :func:`reads`), told apart by their ``apiVersion``. Where two groups name one queue
+        or PodGroup, kgpu's own is used, then KAI's, then Volcano's, and the other is left
+        out with a Warning, so that a switch never mixes two definitions."""
         out = QueueObjects()
         classes = {str(meta(c).get("name")): c.get("value") for c in priority_class_objs}
-        live: set[tuple[str, str]] = set()
+        live: set[tuple[str, str, str]] = set()
         kai_unset: set[str] = set()
-        # kgpu's own first, then KAI's, then Volcano's: an anchor's object whose name an
-        # earlier one has is left out with a Warning, so a switch never mixes definitions.
-        kgpu_queues = sorted(queue_objs, key=lambda o: (kai.is_kai(o), object_key(o)))
-        theirs = [q for q in sorted(volcano_queues, key=object_key) if not is_root_queue(q)]
-        for kind, objs in (("Queue", kgpu_queues), ("VolcanoQueue", theirs)):
-            for obj in objs:
-                live.add((kind, uid(obj) or object_key(obj)))
-                name = str(meta(obj).get("name") or "")
-                if name in out.queue_objs:
-                    out.problems.append(_shadowed(obj, "Queue", name, out.queue_objs[name]))
-                    continue
-                out.queue_objs[name] = obj
-                if kind != "Queue":
-                    out.volcano.add(name)
-                elif kai.is_kai(obj) and not kai.min_runtime_set(obj):
-                    kai_unset.add(name)
-                spec = self._read(kind, obj)
-                if isinstance(spec, QueueSpec):
-                    out.queues.append(spec)
-                else:
-                    out.invalid[name] = f"{spec}; the queue is left out"
-                    out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
+        for obj in sorted(queue_objs, key=_ranked):
+            group = _group(obj)
+            if group == volcano.GROUP and volcano.is_root_queue(obj):
+                continue  # Volcano's root is kgpu's top level, not a queue
+            live.add(_mark("Queue", obj))
+            name = str(meta(obj).get("name") or "")
+            if name in out.queue_objs:
+                out.problems.append(_shadowed(obj, "Queue", name, out.queue_objs[name]))
+                continue
+            out.queue_objs[name] = obj
+            if group == volcano.GROUP:
+                out.volcano.add(name)
+            elif group == kai.GROUP and not kai.min_runtime_set(obj):
+                kai_unset.add(name)
+            spec = self._read("Queue", obj)
+            if isinstance(spec, QueueSpec):
+                out.queues.append(spec)
+            else:
+                out.invalid[name] = f"{spec}; the queue is left out"
+                out.problems.append(Problem(obj, "InvalidQueue", out.invalid[name]))
         if kai_unset:
             out.queues = kai.with_inherited_min_runtime(out.queues, kai_unset)
         out.fences = QueueFences.from_objects(out.queue_objs.values())
@@ -170,29 +166,23 @@ class QueueReader:
             if found is not None:
                 out.invalid[problem.queue] = f"{problem.message}; the queue is left out"
                 out.problems.append(Problem(found, "InvalidQueue", out.invalid[problem.queue]))
-        groups = (
-            ("PodGroup", sorted(podgroup_objs, key=lambda o: (kai.is_kai(o), object_key(o)))),
-            ("VolcanoPodGroup", sorted(volcano_podgroups, key=object_key)),
-        )
-        for kind, objs in groups:
-            for obj in objs:
-                live.add((kind, uid(obj) or object_key(obj)))
-                key = JobKey(object_key(obj) if meta(obj).get("namespace") else "")
-                if key and key in out.podgroup_objs:
-                    found = out.podgroup_objs[key]
-                    out.problems.append(_shadowed(obj, "PodGroup", key, found))
-                    continue
-                if key and kind != "PodGroup":
-                    out.volcano.add(key)
-                job = self._read(kind, obj)
-                if isinstance(job, JobSpec):
-                    out.jobs[job.key] = job
-                    out.podgroup_objs[job.key] = obj
-                    self._read_priority(obj, job.key, classes, out)
-                elif key:
-                    out.podgroup_objs[key] = obj
-                    out.invalid[key] = f"{job}; its pods are not scheduled until it is fixed"
-                    out.problems.append(Problem(obj, "InvalidPodGroup", out.invalid[key]))
+        for obj in sorted(podgroup_objs, key=_ranked):
+            live.add(_mark("PodGroup", obj))
+            key = JobKey(object_key(obj) if meta(obj).get("namespace") else "")
+            if key and key in out.podgroup_objs:
+                out.problems.append(_shadowed(obj, "PodGroup", key, out.podgroup_objs[key]))
+                continue
+            if key and _group(obj) == volcano.GROUP:
+                out.volcano.add(key)
+            job = self._read("PodGroup", obj)
+            if isinstance(job, JobSpec):
+                out.jobs[job.key] = job
+                out.podgroup_objs[job.key] = obj
+                self._read_priority(obj, job.key, classes, out)
+            elif key:
+                out.podgroup_objs[key] = obj
+                out.invalid[key] = f"{job}; its pods are not scheduled until it is fixed"
+                out.problems.append(Problem(obj, "InvalidPodGroup", out.invalid[key]))
         for mark in [m for m in self._seen if m not in live]:
             del self._seen[mark]
         return out
@@ -213,23 +203,43 @@ class QueueReader:
             out.priorities[key] = priority
 
 
-_CONVERTERS: dict[str, Callable[[Obj], QueueSpec | JobSpec]] = {
-    "Queue": queue_from_k8s,
-    "PodGroup": podgroup_from_k8s,
-    "VolcanoQueue": volcano_queue_from_k8s,
-    "VolcanoPodGroup": volcano_podgroup_from_k8s,
+@dataclass(frozen=True, slots=True)
+class _Converters:
+    rank: int  # where two groups name one queue or PodGroup, the lower rank's is used
+    queue: Callable[[Obj], QueueSpec]
+    podgroup: Callable[[Obj], JobSpec]
+
+
+KGPU_GROUP = "kgpu.io"
+_READERS: dict[str, _Converters] = {
+    KGPU_GROUP: _Converters(0, queue_from_k8s, podgroup_from_k8s),
+    kai.GROUP: _Converters(1, kai.queue_from_kai, kai.podgroup_from_kai),
+    volcano.GROUP: _Converters(
+        2, volcano.volcano_queue_from_k8s, volcano.volcano_podgroup_from_k8s
+    ),
 }
 SHADOWED = "Shadowed"
 
 
-def _converter(kind: str, obj: Obj) -> Callable[[Obj], QueueSpec | JobSpec]:
-    """KAI's Queues and PodGroups come in kgpu's lists (their informers are listed with
-    kgpu's), told apart by their group; Volcano's come in lists of their own."""
-    if kind == "Queue" and kai.is_kai(obj):
-        return kai.queue_from_kai
-    if kind == "PodGroup" and kai.is_kai(obj):
-        return kai.podgroup_from_kai
-    return _CONVERTERS[kind]
+def _group(obj: Obj) -> str:
+    """The object's API group among those read; kgpu's for any other (as before the
+    anchors were read, a Queue or PodGroup was read as kgpu's)."""
+    group = str(obj.get("apiVersion", "")).split("/", 1)[0]
+    return group if group in _READERS else KGPU_GROUP
+
+
+def reads(obj: Obj) -> bool:
+    """Whether ``obj`` is a Queue or PodGroup of a group :class:`QueueReader` reads."""
+    group = str(obj.get("apiVersion", "")).split("/", 1)[0]
+    return obj.get("kind") in ("Queue", "PodGroup") and group in _READERS
+
+
+def _ranked(obj: Obj) -> tuple[int, str]:
+    return _READERS[_group(obj)].rank, object_key(obj)
+
+
+def _mark(kind: str, obj: Obj) -> tuple[str, str, str]:
+    return kind, _group(obj), uid(obj) or object_key(obj)
 
 
 def _shadowed(obj: Obj, kind: str, key: str, used: Obj) -> Problem:
