@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Final
 
@@ -222,16 +223,7 @@ def with_inherited_min_runtime(
     out = []
     for queue in queues:
         if queue.name in unset and (least := inherited(queue)) != queue.min_runtime_s:
-            queue = QueueSpec(
-                name=queue.name,
-                parent=queue.parent,
-                deserved=queue.deserved,
-                limit=queue.limit,
-                over_quota_weight=queue.over_quota_weight,
-                priority=queue.priority,
-                min_runtime_s=least,
-                card_unlimited_cpu_memory=queue.card_unlimited_cpu_memory,
-            )
+            queue = replace(queue, min_runtime_s=least)
         out.append(queue)
     return out
 

@@ -49,15 +49,8 @@ from fractions import Fraction
 from typing import Any, Final
 
 from kgpu.kube.api.resource_types import Resource, meta, parse_time
-from kgpu.kube.objects.fields import MISSING, ConversionError, Fields
-from kgpu.kube.objects.queue_podgroup import quantity_text
-from kgpu.model.card import (
-    QUOTA_ANNOTATION,
-    REQUEST_ANNOTATION,
-    CardError,
-    parse_card_quota,
-    parse_card_request,
-)
+from kgpu.kube.objects.fields import MISSING, Fields
+from kgpu.kube.objects.queue_podgroup import card_quota, card_request, min_member, quantity_text
 from kgpu.model.job import JobKey, JobSpec
 from kgpu.model.ledger import (
     INSUFFICIENT_CPU_QUOTA,
@@ -184,13 +177,9 @@ def volcano_queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
         guarantee=guarantee,
         reclaimable=reclaimable,
     )
-    text = annotations.get(QUOTA_ANNOTATION)
-    if text is None:
+    quota = card_quota(fields, annotations)
+    if quota is None:
         return queue
-    try:
-        quota = parse_card_quota(text)
-    except CardError as exc:
-        raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
     carded = with_card_quota(queue, quota)
     weights = dict.fromkeys((CPU, MEMORY, GPU, *quota), float(weight))
     return replace(carded, over_quota_weight=weights)
@@ -203,17 +192,9 @@ def volcano_podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
     m, name, annotations = _name(fields, obj)
     namespace = fields.string(m, "namespace", "metadata.namespace") or "default"
     spec = fields.mapping(obj, "spec", "spec")
-    low = spec.get("minMember", 1)
-    if isinstance(low, bool) or not isinstance(low, int) or low < 1:
-        raise fields.fail("spec.minMember", low, "a whole number, at least 1")
+    low = min_member(fields, spec)
     fields.string(spec, "priorityClassName", "spec.priorityClassName")
-    request: dict[tuple[str, ...], int] = {}
-    text = annotations.get(REQUEST_ANNOTATION)
-    if text is not None:
-        try:
-            request = parse_card_request(text)
-        except CardError as exc:
-            raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
+    request = card_request(fields, annotations)
     status = fields.mapping(obj, "status", "status")
     phase = fields.string(status, "phase", "status.phase")
     if phase not in ADMISSION:

@@ -147,14 +147,8 @@ def queue_from_k8s(obj: Mapping[str, Any]) -> QueueSpec:
         priority=priority,
         card_unlimited_cpu_memory=unlimited,
     )
-    text = annotations.get(QUOTA_ANNOTATION)
-    if text is None:
-        return queue
-    try:
-        quota = parse_card_quota(text)
-    except CardError as exc:
-        raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
-    return with_card_quota(queue, quota)
+    quota = card_quota(fields, annotations)
+    return queue if quota is None else with_card_quota(queue, quota)
 
 
 def podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
@@ -164,28 +158,50 @@ def podgroup_from_k8s(obj: Mapping[str, Any]) -> JobSpec:
     m, name, annotations = _metadata(fields, obj)
     namespace = fields.string(m, "namespace", "metadata.namespace") or "default"
     spec = fields.mapping(obj, "spec", "spec")
-    low = spec.get("minMember", 1)
-    if isinstance(low, bool) or not isinstance(low, int) or low < 1:
-        raise fields.fail("spec.minMember", low, "a whole number, at least 1")
+    low = min_member(fields, spec)
     high = spec.get("maxMember", 0)
     if isinstance(high, bool) or not isinstance(high, int) or (high and high < low):
         raise fields.fail("spec.maxMember", high, f"a whole number, at least minMember ({low})")
-    request: dict[tuple[str, ...], int] = {}
-    text = annotations.get(REQUEST_ANNOTATION)
-    if text is not None:
-        try:
-            request = parse_card_request(text)
-        except CardError as exc:
-            raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
     return JobSpec(
         key=JobKey(f"{namespace}/{name}"),
         queue=fields.string(spec, "queue", "spec.queue"),
         min_member=low,
         max_member=high,
         created=parse_time(m.get("creationTimestamp")),
-        card_request=request,
+        card_request=card_request(fields, annotations),
         min_resources=_min_resources(fields, spec),
     )
+
+
+def min_member(fields: Fields, spec: Mapping[str, Any]) -> int:
+    """A PodGroup's ``spec.minMember`` (kgpu's and Volcano's spell it alike), 1 if unset."""
+    low = spec.get("minMember", 1)
+    if isinstance(low, bool) or not isinstance(low, int) or low < 1:
+        raise fields.fail("spec.minMember", low, "a whole number, at least 1")
+    return low
+
+
+def card_quota(fields: Fields, annotations: Mapping[str, str]) -> dict[str, int] | None:
+    """A Queue's ``volcano.sh/card.quota`` (kgpu's and Volcano's Queues carry it alike),
+    None without one."""
+    text = annotations.get(QUOTA_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return parse_card_quota(text)
+    except CardError as exc:
+        raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
+
+
+def card_request(fields: Fields, annotations: Mapping[str, str]) -> dict[tuple[str, ...], int]:
+    """A PodGroup's ``volcano.sh/card.request``, empty without one."""
+    text = annotations.get(REQUEST_ANNOTATION)
+    if text is None:
+        return {}
+    try:
+        return parse_card_request(text)
+    except CardError as exc:
+        raise ConversionError(fields.ref, exc.field, exc.value, exc.expected) from None
 
 
 def _min_resources(fields: Fields, spec: Mapping[str, Any]) -> dict[str, int]:
