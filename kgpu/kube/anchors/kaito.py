@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kgpu.kube.objects.conditions import condition, merge_conditions
-from kgpu.kube.objects.fields import ConversionError
+from kgpu.kube.objects.fields import ConversionError, Fields
 from kgpu.kube.objects.label_selector import label_selector_from_k8s
 from kgpu.kube.objects.node_pod import object_ref
 from kgpu.model.presets import PRESETS, find_preset
@@ -69,15 +69,16 @@ def owned_by_kaito(obj: Mapping[str, Any]) -> bool:
 def workspace_from_kaito(obj: Mapping[str, Any]) -> WorkspaceSpec:
     """KAITO's Workspace as kgpu's model; ConversionError naming the field otherwise."""
     ref = object_ref("Workspace", obj)
-    meta = _mapping(ref, obj, "metadata", "metadata")
+    fields = Fields(ref)
+    meta = fields.mapping(obj, "metadata", "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ConversionError(ref, "metadata.name", name, "a non-empty string")
-    namespace = _string(ref, meta, "namespace", "metadata.namespace") or "default"
+    namespace = fields.string(meta, "namespace", "metadata.namespace") or "default"
     if obj.get("tuning") is not None:
         expected = "absent: kgpu runs inference Workspaces only (docs/MIGRATING.md)"
         raise ConversionError(ref, "tuning", obj["tuning"], expected)
-    resource = _mapping(ref, obj, "resource", "resource")
+    resource = fields.mapping(obj, "resource", "resource")
     _count(ref, resource.get("count"))
     preferred = resource.get("preferredNodes")
     if preferred is not None and (
@@ -97,8 +98,8 @@ def workspace_from_kaito(obj: Mapping[str, Any]) -> WorkspaceSpec:
         raise ConversionError(
             ref, "inference.replicas", replicas, "a whole number, at least 0 (0 means 1)"
         )
-    preset = _mapping(ref, inference, "preset", "inference.preset")
-    preset_name = _string(ref, preset, "name", "inference.preset.name")
+    preset = fields.mapping(inference, "preset", "inference.preset")
+    preset_name = fields.string(preset, "name", "inference.preset.name")
     known = find_preset(preset_name) if preset_name else None
     if known is None:
         raise ConversionError(
@@ -117,26 +118,8 @@ def workspace_from_kaito(obj: Mapping[str, Any]) -> WorkspaceSpec:
         gpu_memory_mib=known.gpu_memory_mib,
         preset=known.name,
         model_id=known.model_id,
-        instance_type=_string(ref, resource, "instanceType", "resource.instanceType"),
+        instance_type=fields.string(resource, "instanceType", "resource.instanceType"),
     )
-
-
-def _mapping(ref: str, parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConversionError(ref, field, value, "a mapping")
-    return value
-
-
-def _string(ref: str, parent: Mapping[str, Any], key: str, field: str) -> str:
-    value = parent.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ConversionError(ref, field, value, "a string")
-    return value
 
 
 def _count(ref: str, value: object) -> None:

@@ -34,6 +34,7 @@ from kgpu.actions.workspace_placement import (
 from kgpu.framework.group_scheduler import GroupScheduler, NoGroup
 from kgpu.framework.groups import GroupNode, GroupProfile
 from kgpu.kube.anchors.kaito import is_kaito, workspace_from_kaito
+from kgpu.kube.objects.fields import Fields
 from kgpu.kube.objects.label_selector import label_selector_from_k8s
 from kgpu.kube.objects.node_pod import GPU_RESOURCE, ConversionError, node_from_k8s, object_ref
 from kgpu.model.node import NodeName
@@ -81,39 +82,22 @@ def group_scheduler(profile: str = DEFAULT_GROUP_PROFILE) -> GroupScheduler:
 # ---------------------------------------------------------------------------- workspaces
 
 
-def _mapping(ref: str, parent: Obj, key: str, field: str) -> Obj:
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConversionError(ref, field, value, "a mapping")
-    return value
-
-
-def _string(ref: str, parent: Obj, key: str, field: str) -> str:
-    value = parent.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ConversionError(ref, field, value, "a string")
-    return value
-
-
 def workspace_from_k8s(obj: Obj) -> WorkspaceSpec:
     """A Workspace: its selector, instance type, replicas and per-replica GPU memory."""
     ref = object_ref("Workspace", obj)
-    meta = _mapping(ref, obj, "metadata", "metadata")
+    fields = Fields(ref)
+    meta = fields.mapping(obj, "metadata", "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ConversionError(ref, "metadata.name", name, "a non-empty string")
-    namespace = _string(ref, meta, "namespace", "metadata.namespace") or "default"
-    resource = _mapping(ref, obj, "resource", "resource")
-    inference = _mapping(ref, obj, "inference", "inference")
+    namespace = fields.string(meta, "namespace", "metadata.namespace") or "default"
+    resource = fields.mapping(obj, "resource", "resource")
+    inference = fields.mapping(obj, "inference", "inference")
     replicas = inference.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ConversionError(ref, "inference.replicas", replicas, "a whole number of at least 1")
-    preset_name = _string(
-        ref, _mapping(ref, inference, "preset", "inference.preset"), "name", "inference.preset.name"
+    preset_name = fields.string(
+        fields.mapping(inference, "preset", "inference.preset"), "name", "inference.preset.name"
     )
     preset = find_preset(preset_name) if preset_name else None
     memory = _memory(ref, inference.get("gpuMemoryPerReplica"))
@@ -142,7 +126,7 @@ def workspace_from_k8s(obj: Obj) -> WorkspaceSpec:
         preset=preset.name if preset else preset_name,
         # KAITO also takes a Hugging Face id ("Qwen/Qwen3-0.6B") as the preset name.
         model_id=preset.model_id if preset else (preset_name if "/" in preset_name else ""),
-        instance_type=_string(ref, resource, "instanceType", "resource.instanceType"),
+        instance_type=fields.string(resource, "instanceType", "resource.instanceType"),
     )
 
 
