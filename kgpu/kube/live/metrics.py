@@ -24,6 +24,7 @@ two to check leader election).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -35,6 +36,15 @@ from kgpu.model.units import MIB
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
+
+
+# A queue's card figures, under kgpu's names and Volcano's capacity-card plugin's.
+_CARD_FIGURES: Final = {
+    "deserved": "its quota",
+    "allocated": "held by its pods",
+    "request": "held plus asked for by its pending pods",
+    "capacity": "its limit, else what the cluster offers",
+}
 
 
 class SchedulerMetrics:
@@ -107,10 +117,7 @@ class SchedulerMetrics:
             "kgpu_queue_card_",
             "Cards of the queue: {}",
             ["queue", "card"],
-            deserved="its quota",
-            allocated="held by its pods",
-            request="held plus asked for by its pending pods",
-            capacity="its limit, else what the cluster offers",
+            **_CARD_FIGURES,
         )
         # The same figures under the names of Volcano's capacity-card plugin, so that its
         # dashboards and alerts keep working after the switch.
@@ -119,10 +126,7 @@ class SchedulerMetrics:
             "volcano_queue_card_",
             "Cards of the queue: {} (as Volcano's capacity-card plugin names it)",
             ["queue_name", "card_name"],
-            deserved="its quota",
-            allocated="held by its pods",
-            request="held plus asked for by its pending pods",
-            capacity="its limit, else what the cluster offers",
+            **_CARD_FIGURES,
         )
         self._queue_series: set[tuple[Gauge, str, str]] = set()  # (gauge, queue, resource)
 
