@@ -4,40 +4,13 @@ stays Pending with a Warning; the pods created once Inqueue are placed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from kgpu.kube.api.client import Timeouts
-from kgpu.kube.live.loop import LoopConfig
-from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj, wait_until
-from tests.schedulers import fast_options, schedulers
+from tests.test_kube_queues import Start, double, start  # noqa: F401
 
-Start = Callable[..., RunningScheduler]
 V1BETA1 = "scheduling.volcano.sh/v1beta1"
-
-
-@pytest.fixture
-def double() -> Iterator[KubeDouble]:
-    with KubeDouble(crds=True) as d:
-        yield d
-
-
-@pytest.fixture
-def start(double: KubeDouble, tmp_path: Path) -> Iterator[Start]:
-    defaults: dict[str, Any] = {
-        "metrics_port": 0,
-        "metrics_host": "127.0.0.1",
-        "leader_elect": False,
-        "timeouts": Timeouts(connect=1.0, request=2.0, watch=30, watch_grace=2.0),
-        "loop": LoopConfig(unschedulable_retry=0.5, idle_wait=0.05, event_repeat=0.0),
-    }
-    with schedulers() as run:
-        yield lambda: run(fast_options(double, tmp_path, "s1", **defaults))
 
 
 def _group(name: str, gpus: int) -> dict[str, Any]:
@@ -49,13 +22,14 @@ def _group(name: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def _phase(double: KubeDouble, name: str) -> str:
-    obj = double.get("podgroups", name, "default", group="scheduling.volcano.sh") or {}
+def _phase(api: KubeDouble, name: str) -> str:
+    obj = api.get("podgroups", name, "default", group="scheduling.volcano.sh") or {}
     return str((obj.get("status") or {}).get("phase") or "")
 
 
 def test_kgpu_run_writes_a_podless_volcano_podgroup_inqueue(
-    double: KubeDouble, start: Start
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
 ) -> None:
     double.put(node_obj("n1", gpus=8))
     double.put({"apiVersion": V1BETA1, "kind": "Queue", "metadata": {"name": "team-a"},
@@ -79,9 +53,9 @@ def test_kgpu_run_writes_a_podless_volcano_podgroup_inqueue(
     assert _phase(double, "second") == "Pending"
 
 
-def _group_events(double: KubeDouble) -> list[tuple[str, str, str, str]]:
+def _group_events(api: KubeDouble) -> list[tuple[str, str, str, str]]:
     return [
         (e["involvedObject"]["name"], e["type"], e["reason"], e["message"])
-        for e in double.objects("events")
+        for e in api.objects("events")
         if e["involvedObject"]["kind"] == "PodGroup"
     ]
