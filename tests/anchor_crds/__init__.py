@@ -18,16 +18,24 @@ CRDS = Resource(
 )
 
 
-def crd(group: str, version: str, kind: str, plural: str, scope: str, spec: Obj) -> Obj:
+def crd(
+    group: str,
+    version: str,
+    kind: str,
+    plural: str,
+    scope: str,
+    spec: Obj,
+    status: Obj | None = None,
+) -> Obj:
     """One version, served and stored, with a status subresource; ``spec`` the schema of the
-    object's spec (status is the anchor's own and left open)."""
-    schema = {
-        "type": "object",
-        "properties": {
-            "spec": spec,
-            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-        },
-    }
+    object's spec, ``status`` of its status (by default the anchor's own, left open)."""
+    status = status or {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return crd_of(group, version, kind, plural, scope, {"spec": spec, "status": status})
+
+
+def crd_of(group: str, version: str, kind: str, plural: str, scope: str, fields: Obj) -> Obj:
+    """The same for an object whose top-level ``fields`` are not only spec and status
+    (KAITO's Workspace)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -46,7 +54,7 @@ def crd(group: str, version: str, kind: str, plural: str, scope: str, spec: Obj)
                     "name": version,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": schema},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": fields}},
                     "subresources": {"status": {}},
                 }
             ],

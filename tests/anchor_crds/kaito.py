@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.anchor_crds import crd_of
+
 Obj = dict[str, Any]
 
 GROUP, VERSION = "kaito.sh", "v1beta1"
@@ -132,35 +134,10 @@ def workspace_crd() -> Obj:
             },
         },
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"workspaces.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "names": {
-                "kind": "Workspace",
-                "listKind": "WorkspaceList",
-                "plural": "workspaces",
-                "singular": "workspace",
-                "shortNames": ["wk", "wks"],
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": schema},
-                    # KAITO's marker also declares a scale subresource at
-                    # .spec.inference.replicas, a path its objects do not have (their fields
-                    # are top-level); the API server refuses paths outside .spec, so it is
-                    # left out here.
-                    "subresources": {"status": {}},
-                }
-            ],
-        },
-    }
+    # KAITO's marker also declares a scale subresource at .spec.inference.replicas, a path
+    # its objects do not have (their fields are top-level); the API server refuses paths
+    # outside .spec, so it is left out here.
+    return crd_of(GROUP, VERSION, "Workspace", "workspaces", "Namespaced", schema["properties"])
 
 
 # The seed's example: "a preset model requiring 8GB of GPU memory per replica (e.g. 8GB for

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.anchor_crds import crd
+
 Obj = dict[str, Any]
 
 GROUP = "scheduling.koordinator.sh"
@@ -108,43 +110,5 @@ _STATUS: Obj = {
 
 def device_crd() -> Obj:
     """The CustomResourceDefinition of Koordinator's Device, cluster-scoped as Koordinator's."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": NAME},
-        "spec": {
-            "group": GROUP,
-            "names": {
-                "kind": "Device",
-                "listKind": "DeviceList",
-                "plural": "devices",
-                "singular": "device",
-            },
-            "scope": "Cluster",
-            "versions": [
-                {
-                    "name": "v1alpha1",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": {
-                                    "type": "object",
-                                    "properties": {
-                                        "devices": {"type": "array", "items": _DEVICE_INFO}
-                                    },
-                                },
-                                "status": _STATUS,
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    spec = {"type": "object", "properties": {"devices": {"type": "array", "items": _DEVICE_INFO}}}
+    return crd(GROUP, "v1alpha1", "Device", "devices", "Cluster", spec, _STATUS)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.anchor_crds import crd
+
 Obj = dict[str, Any]
 
 _QUANTITY: Obj = {
@@ -26,42 +28,6 @@ _CONDITIONS: Obj = {
         },
     },
 }
-
-
-def _crd(
-    group: str, version: str, plural: str, kind: str, scope: str, spec: Obj, status: Obj
-) -> Obj:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
-                      "listKind": f"{kind}List"},
-            "scope": scope,
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                                "status": status,
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }  # fmt: skip
 
 
 QUEUE_SPEC: Obj = {
@@ -140,9 +106,9 @@ JOB_STATUS: Obj = _ANY
 
 def volcano_crds() -> list[Obj]:
     return [
-        _crd("scheduling.volcano.sh", "v1beta1", "queues", "Queue", "Cluster",
+        crd("scheduling.volcano.sh", "v1beta1", "Queue", "queues", "Cluster",
              QUEUE_SPEC, QUEUE_STATUS),
-        _crd("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", "Namespaced",
+        crd("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups", "Namespaced",
              PODGROUP_SPEC, PODGROUP_STATUS),
-        _crd("batch.volcano.sh", "v1alpha1", "jobs", "Job", "Namespaced", JOB_SPEC, JOB_STATUS),
+        crd("batch.volcano.sh", "v1alpha1", "Job", "jobs", "Namespaced", JOB_SPEC, JOB_STATUS),
     ]  # fmt: skip
