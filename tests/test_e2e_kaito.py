@@ -9,7 +9,6 @@ it deletes (the CRD only if it created it)."""
 
 from __future__ import annotations
 
-import base64
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +16,9 @@ from typing import Any
 
 import pytest
 
-from kgpu.kube.admission.review import WorkspaceNodes
-from kgpu.kube.admission.webhook_server import WebhookServer, tls_context
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.resource_types import KAITO_WORKSPACES
-from kgpu.kube.install.bundle import render_objects
 from kgpu.kube.install.options import InstallOptions
-from kgpu.kube.install.webhook_certs import generate_tls
 from kgpu.kube.workspaces.controller import REQUEUE_NOT_READY_S, WorkspaceController
 from tests.anchor_crds.kaito import SEED_DENIAL, seed_workspace, workspace_crd
 from tests.inputs import e2e_kubeconfig
@@ -31,8 +26,8 @@ from tests.test_anchor_kaito import seed_nodes
 from tests.test_e2e_webhook import (
     _wait_established,
     _wait_gone,
-    collection,
     create_until_denied,
+    registered_webhook,
     request,
 )
 
@@ -93,37 +88,14 @@ class SeedNodes:
 
 @pytest.fixture(scope="module")
 def webhook(api: Any, kaito_crd: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The install's own hook for KAITO's Workspaces, called here, for this run's objects."""
     folder: Path = tmp_path_factory.mktemp("kaito-tls")
-    tls = generate_tls(["localhost"], ["127.0.0.1"])
-    (folder / "tls.crt").write_bytes(tls.cert_pem)
-    (folder / "tls.key").write_bytes(tls.key_pem)
-    server = WebhookServer(
-        ("127.0.0.1", 0),
-        tls_context(folder / "tls.crt", folder / "tls.key"),
-        "kgpu-scheduler",
-        WorkspaceNodes(SeedNodes()),
-    )
-    thread = server.start_background()
-    rendered = render_objects(InstallOptions(failure_policy="Fail", kaito_workspaces=True))
-    config = next(o for o in rendered if o["kind"] == "ValidatingWebhookConfiguration")
-    # The install's own hook for KAITO's Workspaces, called here, for this run's objects only.
-    config["webhooks"] = [h for h in config["webhooks"] if h["name"] == "workspaces.kaito.sh"]
-    config["metadata"] = {"name": f"kgpu-e2e-kaito-{RUN}"}
-    for hook in config["webhooks"]:
-        hook["clientConfig"] = {
-            "url": f"https://127.0.0.1:{server.port}/validate",
-            "caBundle": base64.b64encode(tls.ca_pem).decode(),
-        }
-        hook["objectSelector"] = {"matchLabels": LABEL}
-    path = collection(config)
-    request(api, "POST", path, config)
-    try:
+    options = InstallOptions(failure_policy="Fail", kaito_workspaces=True)
+    hooks = {"workspaces.kaito.sh"}
+    with registered_webhook(
+        api, folder, SeedNodes(), options, f"kgpu-e2e-kaito-{RUN}", LABEL, hooks
+    ):
         yield
-    finally:
-        request(api, "DELETE", f"{path}/{config['metadata']['name']}")
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_the_seed_workspace_is_admitted_and_reconciled_and_its_denial_refused(

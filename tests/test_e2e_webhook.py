@@ -11,10 +11,11 @@ shares the server with others; what it creates it deletes (CRDs only if it creat
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -261,11 +262,20 @@ class DesignNodes:
         ]
 
 
-@pytest.fixture(scope="module")
-def webhook(api: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Our webhook on 127.0.0.1, registered as the install registers it, for this run's
-    objects only; yields the namespace to create pods in."""
-    folder: Path = tmp_path_factory.mktemp("webhook-tls")
+@contextlib.contextmanager
+def registered_webhook(
+    api: Any,
+    folder: Path,
+    nodes: Any,
+    options: InstallOptions,
+    name: str,
+    label: dict[str, str],
+    hooks: Container[str] | None = None,
+) -> Iterator[None]:
+    """Our webhook on 127.0.0.1, with ``nodes`` for its Workspace checks, registered as the
+    install registers it (``options``; of its hooks those named in ``hooks``, or all),
+    called at our address instead of the in-cluster Service, failing closed (an
+    unreachable webhook fails the test), and only for objects labelled ``label``."""
     tls = generate_tls(["localhost"], ["127.0.0.1"])
     (folder / "tls.crt").write_bytes(tls.cert_pem)
     (folder / "tls.key").write_bytes(tls.key_pem)
@@ -273,29 +283,39 @@ def webhook(api: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> I
         ("127.0.0.1", 0),
         tls_context(folder / "tls.crt", folder / "tls.key"),
         "kgpu-scheduler",
-        WorkspaceNodes(DesignNodes()),
+        WorkspaceNodes(nodes),
     )
     thread = server.start_background()
-    # The install's own webhooks, called at our address instead of the in-cluster Service,
-    # failing closed (an unreachable webhook fails the test), and only for this run's objects.
-    rendered = render_objects(InstallOptions(failure_policy="Fail"))
+    rendered = render_objects(options)
     config = next(o for o in rendered if o["kind"] == "ValidatingWebhookConfiguration")
-    config["metadata"] = {"name": f"kgpu-e2e-{RUN}"}
+    if hooks is not None:
+        config["webhooks"] = [h for h in config["webhooks"] if h["name"] in hooks]
+    config["metadata"] = {"name": name}
     for hook in config["webhooks"]:
         hook["clientConfig"] = {
             "url": f"https://127.0.0.1:{server.port}/validate",
             "caBundle": base64.b64encode(tls.ca_pem).decode(),
         }
-        hook["objectSelector"] = {"matchLabels": LABEL}
+        hook["objectSelector"] = {"matchLabels": label}
     path = collection(config)
     request(api, "POST", path, config)
     try:
-        yield "default"
+        yield
     finally:
-        request(api, "DELETE", f"{path}/{config['metadata']['name']}")
+        request(api, "DELETE", f"{path}/{name}")
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def webhook(api: Any, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Our webhook, every hook of the install, for this run's objects only; yields the
+    namespace to create pods in."""
+    folder: Path = tmp_path_factory.mktemp("webhook-tls")
+    options = InstallOptions(failure_policy="Fail")
+    with registered_webhook(api, folder, DesignNodes(), options, f"kgpu-e2e-{RUN}", LABEL):
+        yield "default"
 
 
 def pod(name: str, annotations: dict[str, str], scheduler: str = "kgpu-scheduler") -> Obj:

@@ -70,11 +70,7 @@ def workspace_from_kaito(obj: Mapping[str, Any]) -> WorkspaceSpec:
     """KAITO's Workspace as kgpu's model; ConversionError naming the field otherwise."""
     ref = object_ref("Workspace", obj)
     fields = Fields(ref)
-    meta = fields.mapping(obj, "metadata", "metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConversionError(ref, "metadata.name", name, "a non-empty string")
-    namespace = fields.string(meta, "namespace", "metadata.namespace") or "default"
+    name, namespace = fields.named(obj)
     if obj.get("tuning") is not None:
         expected = "absent: kgpu runs inference Workspaces only (docs/MIGRATING.md)"
         raise ConversionError(ref, "tuning", obj["tuning"], expected)

@@ -46,6 +46,15 @@ class Fields:
     def fail(self, field: str, value: object, expected: str) -> ConversionError:
         return ConversionError(self.ref, field, value, expected)
 
+    def named(self, obj: Mapping[str, Any]) -> tuple[str, str]:
+        """The object's ``metadata.name`` (required) and ``metadata.namespace`` ("default"
+        where unset)."""
+        meta = self.mapping(obj, "metadata", "metadata")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise self.fail("metadata.name", name, "a non-empty string")
+        return name, self.string(meta, "namespace", "metadata.namespace") or "default"
+
     def mapping(self, parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
         value = parent.get(key)
         if value is None:

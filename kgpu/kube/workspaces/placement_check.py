@@ -86,11 +86,7 @@ def workspace_from_k8s(obj: Obj) -> WorkspaceSpec:
     """A Workspace: its selector, instance type, replicas and per-replica GPU memory."""
     ref = object_ref("Workspace", obj)
     fields = Fields(ref)
-    meta = fields.mapping(obj, "metadata", "metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConversionError(ref, "metadata.name", name, "a non-empty string")
-    namespace = fields.string(meta, "namespace", "metadata.namespace") or "default"
+    name, namespace = fields.named(obj)
     resource = fields.mapping(obj, "resource", "resource")
     inference = fields.mapping(obj, "inference", "inference")
     replicas = inference.get("replicas", 1)
