@@ -50,7 +50,7 @@ from kgpu.kube.objects.device_allocation import (
     GPU_MEMORY,
     GPU_MEMORY_RATIO,
 )
-from kgpu.kube.objects.device_cr import read_checkpoints
+from kgpu.kube.objects.device_cr import device_parts, read_checkpoints
 from kgpu.kube.objects.fields import MISSING, ConversionError, Fields
 from kgpu.kube.objects.gpu_dialects import KOORDINATOR_PREFIXES
 from kgpu.kube.objects.node_pod import node_from_k8s, object_ref
@@ -178,12 +178,7 @@ def device_by_node(
 
 def devices_from_device(obj: Mapping[str, Any]) -> NodeDevices:
     """A ``scheduling.koordinator.sh/v1alpha1`` Device as the model's NodeDevices."""
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    fields = Fields(f"Device {name if isinstance(name, str) and name else '(no name)'}")
-    meta = fields.mapping(obj, "metadata", "metadata")
-    annotations = fields.strings(meta, "annotations", "annotation")
-    spec = fields.mapping(obj, "spec", "spec")
+    fields, annotations, spec = device_parts(obj)
     found: dict[str, list[Device]] = {k: [] for k in _KINDS}
     minors: set[tuple[str, int]] = set()
     ids: dict[str, int] = {}

@@ -98,14 +98,20 @@ def links_annotation(fields: Fields, text: str, field: str = "") -> GpuLinks:
     return GpuLinks(tuple(rows))
 
 
-def devices_from_k8s(obj: Mapping[str, Any]) -> NodeDevices:
-    """A Device resource as the model's NodeDevices; ConversionError names what is wrong."""
+def device_parts(obj: Mapping[str, Any]) -> tuple[Fields, dict[str, str], Mapping[str, Any]]:
+    """A Device's (kgpu's or Koordinator's) Fields, named for the Device, its annotations
+    and its spec."""
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     fields = Fields(f"Device {name if isinstance(name, str) and name else '(no name)'}")
     meta = fields.mapping(obj, "metadata", "metadata")
     annotations = fields.strings(meta, "annotations", "annotation")
-    spec = fields.mapping(obj, "spec", "spec")
+    return fields, annotations, fields.mapping(obj, "spec", "spec")
+
+
+def devices_from_k8s(obj: Mapping[str, Any]) -> NodeDevices:
+    """A Device resource as the model's NodeDevices; ConversionError names what is wrong."""
+    fields, annotations, spec = device_parts(obj)
     found: dict[str, list[tuple[Device, list[int]]]] = {k: [] for k in _KINDS}
     seen: set[tuple[str, int]] = set()
     for i, item in enumerate(fields.items(spec, "devices", "spec.devices")):
