@@ -8,6 +8,10 @@ Three kinds of decision are pinned, each through an entry point users call:
 - the queue sessions of ``bench/session.py`` at a small size, both mixes, three cycles
   each: every bind, eviction (with its reason and message), nomination, pending reason and
   event, and the queues' allocated and fair figures;
+- ``bench/core.py``'s pods of new shapes (``--new-shapes``) at a small size under the
+  policies that score with FGD's model, and bestfit: every decision, a placement's node and
+  GPU slots or a refusal's message, as the scheduling core makes it without its per-shape
+  cache (no shape repeats);
 - ``kgpu simulate manifests --json`` on every folder of ``examples/`` under every policy:
   every pod's and node's figures (not the notes on skipped documents, which are words for
   the reader, not decisions).
@@ -40,6 +44,8 @@ POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"
 EXAMPLES = ("autoscale", "manifests", "queues", "workspaces")
 SESSION_SIZES = {"steady": (120, 1200, 500), "burst": (120, 1000, 600)}  # nodes, running, pending
 SESSION_POLICIES = ("bestfit", "kgpu")
+NEW_SHAPE_SIZE = (600, 6500)  # nodes, pods: past what the nodes hold, so refusals come too
+NEW_SHAPE_POLICIES = ("bestfit", "fgd", "kgpu")
 
 OPENB_DIGESTS = {
     "random": "0ee6c36db61b9ec6",
@@ -55,6 +61,11 @@ SESSION_DIGESTS: dict[str, str] = {
     "burst/kgpu": "4847a9f11f1d25cf",
     "steady/bestfit": "905d213ea40088cb",
     "steady/kgpu": "a7a800bb2cd6d9e3",
+}
+NEW_SHAPE_DIGESTS: dict[str, str] = {
+    "bestfit": "7219464f98477432",
+    "fgd": "d86360f9f3fb90af",
+    "kgpu": "6f158fa68703119b",
 }
 MANIFEST_DIGESTS: dict[str, str] = {
     "autoscale/random": "e15be87cc75c454b",
@@ -108,17 +119,31 @@ def openb_digest(openb: Path, policy: str) -> str:
     return digest({"nodes": run.result.nodes, "placed": placed})
 
 
-def bench_session() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_session", ROOT / "bench" / "session.py")
+def bench_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_session"] = module
+    sys.modules[f"bench_{name}"] = module
     spec.loader.exec_module(module)
     return module
 
 
+def new_shape_digest(policy: str) -> str:
+    bench = bench_module("core")
+    nodes, pods = NEW_SHAPE_SIZE
+    rng = np.random.default_rng(5)
+    cluster = bench.make_nodes(nodes, rng)
+    base = bench.make_pods(pods, rng)
+    varied = bench.make_new_shapes(base, rng)
+    decided: list[Any] = []
+    bench.run(policy, cluster, varied, 5, cache=True, typical=base, decided=decided)
+    return digest(
+        [(d.node, d.gpus) if isinstance(d, bench.Placement) else d.message for d in decided]
+    )
+
+
 def session_digest(mix: str, policy: str) -> str:
-    bench = bench_session()
+    bench = bench_module("session")
     nodes, running, pending = SESSION_SIZES[mix]
     snapshot = bench.build_snapshot(nodes, running, pending, 3, mix)
     rng = np.random.default_rng(3)
@@ -177,6 +202,11 @@ def test_queue_session_decisions_unchanged(mix: str, policy: str) -> None:
     assert session_digest(mix, policy) == SESSION_DIGESTS[f"{mix}/{policy}"]
 
 
+@pytest.mark.parametrize("policy", NEW_SHAPE_POLICIES)
+def test_new_shape_decisions_unchanged(policy: str) -> None:
+    assert new_shape_digest(policy) == NEW_SHAPE_DIGESTS[policy]
+
+
 @pytest.mark.parametrize("folder", EXAMPLES)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_simulate_manifests_decisions_unchanged(folder: str, policy: str, tmp_path: Path) -> None:
@@ -196,6 +226,10 @@ def main() -> None:
     for mix in sorted(SESSION_SIZES):
         for policy in SESSION_POLICIES:
             print(f'    "{mix}/{policy}": "{session_digest(mix, policy)}",')
+    print("}")
+    print("NEW_SHAPE_DIGESTS = {")
+    for policy in NEW_SHAPE_POLICIES:
+        print(f'    "{policy}": "{new_shape_digest(policy)}",')
     print("}")
     print("MANIFEST_DIGESTS = {")
     for folder in EXAMPLES:
