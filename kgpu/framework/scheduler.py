@@ -20,6 +20,9 @@ What a cycle recomputes: verdicts and cacheable scores are kept per pod shape
 seen. Filters at the head of the profile's list that set ``static_verdicts = True`` read
 only what placements never change (cordon, labels, taints); they run once per shape over
 all nodes, and later cycles show the changed nodes they passed to the other filters only.
+As they read only the pod's node selector and tolerations (``PodSpec.placement_key``),
+their verdicts are also kept per those: a new shape that goes where an earlier one could
+takes them from there.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from kgpu.framework.interfaces import (
     PreFilterPlugin,
     ScorePlugin,
 )
-from kgpu.framework.shape_cache import ShapeCache, ShapeEntry
+from kgpu.framework.shape_cache import ShapeCache, ShapeEntry, StaticVerdicts
 from kgpu.framework.status import Code, NodeReasons, Status
 from kgpu.model.pod import PodSpec
 from kgpu.state.cluster import ClusterState
@@ -204,8 +207,7 @@ class Scheduler:
     ) -> None:
         """Filter and score ``nodes``; a ``fresh`` entry runs the static filters too."""
         if fresh:
-            nodes = self._filter(cycle, pod, entry, nodes, self._static_filters)
-            entry.static_ok[nodes] = True
+            nodes = self._static_pass(cycle, pod, entry, nodes)
         else:
             if self._static_filters:
                 nodes = nodes[entry.static_ok[nodes]]  # the others keep their reason
@@ -216,6 +218,28 @@ class Scheduler:
         if len(alive):
             for step in self._cached_steps:
                 entry.scores[step.plugin.name][alive] = step.plugin.score(cycle, pod, alive)
+
+    def _static_pass(
+        self, cycle: CycleState, pod: PodSpec, entry: ShapeEntry, nodes: IntArray
+    ) -> IntArray:
+        """The nodes of a fresh entry (all nodes) that pass the static filters, the verdicts
+        written into ``entry``; taken from the cache when a pod with the same placement key
+        was filtered before (and the per-shape cache is in use)."""
+        if not self._static_filters:
+            entry.static_ok[nodes] = True
+            return nodes
+        key = pod.placement_key
+        known = self.cache.static_verdicts(key) if self.use_cache else None
+        if known is not None:
+            entry.static_ok[:] = known.static_ok
+            entry.reason_idx[:] = known.reason_idx
+            return known.passed
+        passed = self._filter(cycle, pod, entry, nodes, self._static_filters)
+        entry.static_ok[passed] = True
+        if self.use_cache:
+            verdicts = StaticVerdicts(passed, entry.static_ok.copy(), entry.reason_idx.copy())
+            self.cache.store_static(key, verdicts)
+        return passed
 
     def _filter(
         self,

@@ -9,6 +9,15 @@ cluster without redoing 5,000 nodes of work per pod.
 The nodes that changed are those whose ``node_clock`` stamp is later than the state's
 ``clock`` when the entry was last brought up to date: one comparison over the nodes, with
 no log of changes that grows with every placement.
+
+An entry holds a few arrays over every node (130 KB at 5,000 nodes), so the cache is
+bounded by bytes as well as by entries: a cluster where every pod asks for something a
+little different would otherwise keep thousands of them, half a gigabyte, for shapes that
+never come back.
+
+The static filters' verdicts (cordon, labels, taints: see ``Scheduler``) depend on the
+pod's node selector and tolerations only, so they are kept per those too: a pod of a new
+shape with the selector and tolerations of an earlier one skips the static filters.
 """
 
 from __future__ import annotations
@@ -34,10 +43,31 @@ class ShapeEntry:
     scores: dict[str, FloatArray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class StaticVerdicts:
+    """What the static filters said of every node for one node selector and toleration set."""
+
+    passed: IntArray  # the nodes that passed, ascending
+    static_ok: BoolArray
+    reason_idx: IntArray  # as ShapeEntry.reason_idx, -1 where passed
+
+
+STATIC_CAPACITY = 256
+BYTES_BUDGET = 64 * 1024 * 1024
+
+
+def _entry_bytes(entry: ShapeEntry) -> int:
+    arrays = (entry.feasible, entry.reason_idx, entry.static_ok, *entry.scores.values())
+    return sum(a.nbytes for a in arrays)
+
+
 class ShapeCache:
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, capacity: int = 4096, max_bytes: int = BYTES_BUDGET) -> None:
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self.entries: OrderedDict[object, ShapeEntry] = OrderedDict()
+        self._bytes = 0
+        self.statics: OrderedDict[object, StaticVerdicts] = OrderedDict()
         self.reasons: list[Reason] = []
         self._reason_ids: dict[Reason, int] = {}
         self._bound_to = (0, 0)
@@ -61,6 +91,8 @@ class ShapeCache:
         bound_to = (state.serial, id(state))
         if bound_to != self._bound_to:
             self.entries.clear()
+            self.statics.clear()
+            self._bytes = 0
             self._bound_to = bound_to
             self._all_nodes = np.arange(len(state), dtype=np.int64)
 
@@ -81,7 +113,25 @@ class ShapeCache:
         return entry, (state.node_clock > entry.seen_at).nonzero()[0]
 
     def store(self, shape: object, entry: ShapeEntry) -> None:
+        old = self.entries.pop(shape, None)
+        if old is not None:
+            self._bytes -= _entry_bytes(old)
         self.entries[shape] = entry
-        self.entries.move_to_end(shape)
-        while len(self.entries) > self.capacity:
-            self.entries.popitem(last=False)
+        self._bytes += _entry_bytes(entry)
+        while len(self.entries) > 1 and (
+            len(self.entries) > self.capacity or self._bytes > self.max_bytes
+        ):
+            _, evicted = self.entries.popitem(last=False)
+            self._bytes -= _entry_bytes(evicted)
+
+    def static_verdicts(self, key: object) -> StaticVerdicts | None:
+        found = self.statics.get(key)
+        if found is not None:
+            self.statics.move_to_end(key)
+        return found
+
+    def store_static(self, key: object, verdicts: StaticVerdicts) -> None:
+        self.statics[key] = verdicts
+        self.statics.move_to_end(key)
+        while len(self.statics) > STATIC_CAPACITY:
+            self.statics.popitem(last=False)

@@ -35,6 +35,12 @@ class PodSpec:
         return self.key.rsplit("/", 1)[-1]
 
     @property
+    def placement_key(self) -> tuple[object, ...]:
+        """The part of the shape that filters with static verdicts read: where the pod
+        may go, whatever it asks for."""
+        return (self.node_selector, self.tolerations)
+
+    @property
     def shape(self) -> tuple[object, ...]:
         return (
             self.cpu_milli,

@@ -79,8 +79,26 @@ def typical_pods(pods: Iterable[PodSpec], coverage: float = 0.95) -> list[Typica
     ]
 
 
+# Per-node figures are kept as int32, half the bytes of int64 to walk per decision: milli
+# of a node's GPUs (at most 256 × 1000) and milli-CPU (at most 2^30) both fit.
+_I32 = np.int32
+_NEVER = np.iinfo(np.int32).max  # the CPU threshold of a typical pod a node can never take
+
+
 class FragmentModel:
-    """The typical pods as arrays, bound to one cluster's GPU model ids."""
+    """The typical pods as arrays, bound to one cluster's GPU model ids.
+
+    What a node's fragmentation is made of before any pod is placed (per typical pod: the
+    milli on GPUs big enough for it, how many there are, the fragment) does not depend on
+    the pod being scored, so it is kept per node and recomputed only for nodes whose
+    ``node_clock`` moved since (:meth:`_base`). A decision for a pod of a never-seen shape
+    then costs the pod's own part only: what each node would look like after it.
+
+    Both decreases are taken as integers per typical pod before weighting, as
+    ``fragments`` would give them before and after; with ``lost`` = before − idle (minus
+    the milli a typical pod that fits can use), the fragment before minus after is
+    ``lost + where(fits after, usable after, milli taken)``.
+    """
 
     def __init__(self, typical: list[TypicalPod], state: ClusterState) -> None:
         self.typical = typical
@@ -95,6 +113,20 @@ class FragmentModel:
                 continue  # a pod without GPUs leaves every idle GPU idle: never "fits"
             for m, name in enumerate(state.models):
                 self.model_ok[m + 1, j] = not t.models or name in t.models
+        n, kinds = len(state), len(typical)
+        # The free milli-CPU a node needs for each typical pod; _NEVER where its GPU model
+        # rules the pod out. Fixed per node, so one comparison per decision.
+        ok = self.model_ok[state.model_id + 1] & (self.cpu < _NEVER)[None, :]
+        self._cpu_needed = np.where(ok, self.cpu[None, :], _NEVER).astype(_I32)
+        self._milli32 = self.milli.astype(_I32)
+        self._count32 = self.count.astype(_I32)
+        self._usable = np.zeros((n, kinds), dtype=_I32)
+        self._enough = np.zeros((n, kinds), dtype=_I32)
+        self._lost = np.zeros((n, kinds), dtype=_I32)
+        # first[i, g]: slot g holds the first GPU of node i with its free milli. Equal free
+        # shares score alike, so a share is tried on these slots only.
+        self._first = np.zeros((n, state.max_gpus), dtype=np.bool_)
+        self._seen = np.full(n, -1, dtype=np.int64)  # node_clock when last computed
 
     def _gpu_parts(self, free: IntArray) -> tuple[BoolArray, IntArray, IntArray]:
         """Per node and typical pod: GPUs big enough (K,G,T), their milli and count (K,T)."""
@@ -115,6 +147,35 @@ class FragmentModel:
         fits = allowed & (enough >= self.count[None, :])
         return np.asarray(idle[:, None] - np.where(fits, usable, 0), dtype=np.int64)
 
+    def _cpu_allows(self, cpu_free: IntArray, nodes: IntArray) -> BoolArray:
+        """(K,T): the GPU model and ``cpu_free`` (K,) milli-CPU allow each typical pod."""
+        cpu = np.clip(cpu_free, -_NEVER, _NEVER - 1).astype(_I32)
+        return np.asarray(cpu[:, None] >= self._cpu_needed[nodes], dtype=np.bool_)
+
+    def _base(
+        self, state: ClusterState, nodes: IntArray
+    ) -> tuple[IntArray, IntArray, IntArray, BoolArray]:
+        """Usable milli, big-enough GPUs and lost milli (K,T), and first slots (K,G), of
+        ``nodes`` as they are now; rows of nodes changed since they were computed are
+        computed again first."""
+        clocks = state.node_clock[nodes]
+        stale = self._seen[nodes] != clocks
+        if stale.any():
+            changed = nodes[stale]
+            free = state.gpu_free[changed]
+            _, usable, enough = self._gpu_parts(free)
+            fits = self._cpu_allows(state.cpu_free[changed], changed) & (
+                enough >= self.count[None, :]
+            )
+            self._usable[changed] = usable
+            self._enough[changed] = enough
+            self._lost[changed] = np.where(fits, -usable, 0)
+            earlier = np.tri(free.shape[1], k=-1, dtype=np.bool_)
+            repeated = ((free[:, :, None] == free[:, None, :]) & earlier[None]).any(axis=2)
+            self._first[changed] = ~repeated
+            self._seen[changed] = clocks[stale]
+        return self._usable[nodes], self._enough[nodes], self._lost[nodes], self._first[nodes]
+
     def fragments(self, state: ClusterState, nodes: IntArray) -> IntArray:
         """Per node and typical pod, the fragment in milli (K,T)."""
         _, usable, enough = self._gpu_parts(state.gpu_free[nodes])
@@ -124,43 +185,65 @@ class FragmentModel:
     def node_fragmentation(self, state: ClusterState, nodes: IntArray) -> FloatArray:
         return np.asarray(self.fragments(state, nodes) @ self.weights, dtype=np.float64)
 
-    def decrease_if_shared(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
-        """Fragmentation before minus after placing a one-GPU share on each GPU (K,G);
-        -inf where the share does not fit that GPU."""
-        free = state.gpu_free[nodes]
-        cpu = state.cpu_free[nodes]
-        model = state.model_id[nodes]
-        idle = state.gpu_free_total[nodes]
+    def decrease_if_shared(
+        self, state: ClusterState, pod: PodSpec, nodes: IntArray
+    ) -> tuple[IntArray, IntArray, FloatArray]:
+        """Fragmentation before minus after placing a one-GPU share, on each GPU with room
+        for it that is the first of its free milli on its node: (at, slot, decrease), each
+        (P,), ``at`` indexing ``nodes`` in ascending order and ``slot`` ascending within.
+
+        A GPU with the same free milli as an earlier one of its node would give the same
+        figure, so it is left out: a node's GPUs are few distinct shares (most often one,
+        idle), which is what makes a share's cost close to a whole GPU's.
+        """
         share = pod.gpu.milli
-        big, usable, enough = self._gpu_parts(free)
-        before = self._fragments(idle, usable, enough, self._allowed(cpu, model))
-        allowed_after = self._allowed(cpu - pod.cpu_milli, model)
-        after_free = free - share
-        big_after = after_free[:, :, None] >= self.milli[None, None, :]
-        usable_after = (
-            usable[:, None, :] - free[:, :, None] * big + after_free[:, :, None] * big_after
-        )
-        enough_after = enough[:, None, :] - big + big_after
-        fits = allowed_after[:, None, :] & (enough_after >= self.count[None, None, :])
-        idle_after = (idle - share)[:, None, None]
-        frag_after = idle_after - np.where(fits, usable_after, 0)
-        decrease = np.asarray((before[:, None, :] - frag_after) @ self.weights, dtype=np.float64)
-        return np.where(free >= share, decrease, -np.inf)
+        usable, enough, lost, first = self._base(state, nodes)
+        free = state.gpu_free[nodes]
+        at, slot = (first & (free >= share)).nonzero()
+        f = free[at, slot].astype(_I32)[:, None]
+        big = f >= self._milli32[None, :]
+        after_free = f - _I32(share)
+        big_after = after_free >= self._milli32[None, :]
+        # Usable milli after: this GPU's share leaves what it counted, its remainder
+        # counts again where still big enough.
+        usable_after = usable[at] - f * big + after_free * big_after
+        enough_after = enough[at] - big + big_after
+        allows = self._cpu_allows(state.cpu_free[nodes] - pod.cpu_milli, nodes)
+        fits = allows[at] & (enough_after >= self._count32[None, :])
+        kept = lost[at] + np.where(fits, usable_after, 0)
+        decrease = np.asarray((kept + _I32(share)) @ self.weights, dtype=np.float64)
+        return at, slot, decrease
 
     def decrease_if_whole(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         """Fragmentation before minus after placing a whole-GPU or GPU-less pod (K,).
 
         Whole GPUs come out of the idle ones, which every typical pod could use, so each
-        taken GPU lowers the usable milli by 1000 and the count of big-enough GPUs by one.
+        taken GPU lowers the usable milli by 1000 and the count of big-enough GPUs by one:
+        a typical pod that still fits loses nothing, one that no longer does loses them.
         """
         k = pod.gpu.count
-        cpu = state.cpu_free[nodes]
-        model = state.model_id[nodes]
-        idle = state.gpu_free_total[nodes]
-        _, usable, enough = self._gpu_parts(state.gpu_free[nodes])
-        before = self._fragments(idle, usable, enough, self._allowed(cpu, model))
-        allowed_after = self._allowed(cpu - pod.cpu_milli, model)
-        fits = allowed_after & (enough - k >= self.count[None, :])
-        idle_after = (idle - k * MILLI_PER_GPU)[:, None]
-        frag_after = idle_after - np.where(fits, usable - k * MILLI_PER_GPU, 0)
-        return np.asarray((before - frag_after) @ self.weights, dtype=np.float64)
+        usable, enough, lost, _ = self._base(state, nodes)
+        allows = self._cpu_allows(state.cpu_free[nodes] - pod.cpu_milli, nodes)
+        fits = allows & (enough - _I32(k) >= self._count32[None, :])
+        diff = lost + np.where(fits, usable, _I32(k * MILLI_PER_GPU))
+        return np.asarray(diff @ self.weights, dtype=np.float64)
+
+
+def best_per_node(
+    at: IntArray, slot: IntArray, values: FloatArray, nodes: int, empty: float
+) -> tuple[FloatArray, IntArray]:
+    """Per node, the best of its GPUs' ``values`` and the lowest slot holding it, from the
+    pairs ``decrease_if_shared`` names (``at`` ascending); a node without a pair gets
+    ``empty`` and slot 0, as an argmax over a row of ``empty`` would."""
+    best = np.full(nodes, empty, dtype=np.float64)
+    slots = np.zeros(nodes, dtype=np.int64)
+    if len(at) == 0:
+        return best, slots
+    starts = np.flatnonzero(np.concatenate(([True], at[1:] != at[:-1])))
+    top = np.maximum.reduceat(values, starts)
+    sizes = np.diff(np.append(starts, len(at)))
+    at_top = values == np.repeat(top, sizes)
+    owners = at[starts]
+    best[owners] = top
+    slots[owners] = np.minimum.reduceat(np.where(at_top, slot, np.iinfo(np.int64).max), starts)
+    return best, slots

@@ -84,3 +84,10 @@ class LeftoverModel:
         f = np.maximum(free, 0) // MILLI_STEP
         c = np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col)
         return np.asarray(self.table[f, c[:, None]], dtype=np.float64)
+
+    def leftover_at(self, free: IntArray, cpu_free: IntArray) -> FloatArray:
+        """``leftover`` for GPUs listed one by one: ``free`` and their nodes' ``cpu_free``
+        both (P,)."""
+        f = np.maximum(free, 0) // MILLI_STEP
+        c = np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col)
+        return np.asarray(self.table[f, c], dtype=np.float64)

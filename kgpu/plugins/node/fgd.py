@@ -5,6 +5,8 @@ int(100 × sigmoid(ΔF / 1000)) where ΔF is the node's fragmentation before min
 placement (``fragmentation.FragmentModel``); a share of one GPU is tried on every GPU that
 fits and the node takes the best of those integer scores. The GPU choice repeats that
 computation on the chosen node and takes the lowest-index GPU with the best score.
+GPUs of a node with equal free shares score alike, so a share is scored on the first GPU
+of each free share of a node only (``FragmentModel.decrease_if_shared``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
 from kgpu.plugins.node.gpu_slots import lowest_idle_gpus
 from kgpu.state.cluster import ClusterState
-from kgpu.state.fragmentation import FragmentModel, TypicalPod
+from kgpu.state.fragmentation import FragmentModel, TypicalPod, best_per_node
 
 
 class GpuMemo:
@@ -79,17 +81,20 @@ class FgdScore:
             self._bound_to = bound_to
         return self._model
 
-    def per_gpu_scores(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
-        """Scores (K,G) of a share placed on each GPU; -1 where it does not fit."""
-        decrease = self.model(state).decrease_if_shared(state, pod, nodes)
-        return np.where(np.isfinite(decrease), sigmoid_score(decrease), -1.0)
+    def best_gpus(
+        self, state: ClusterState, pod: PodSpec, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray]:
+        """Per node, the best integer score of a share over its GPUs and the lowest GPU with
+        it; -1 and GPU 0 where no GPU has room."""
+        at, slot, decrease = self.model(state).decrease_if_shared(state, pod, nodes)
+        return best_per_node(at, slot, sigmoid_score(decrease), len(nodes), -1.0)
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         state = cycle.state
         if pod.gpu.is_shared:
-            per_gpu = self.per_gpu_scores(state, pod, nodes)
-            self.memo.record(state, pod, nodes, per_gpu.argmax(axis=1))
-            return np.asarray(per_gpu.max(axis=1))
+            best, gpus = self.best_gpus(state, pod, nodes)
+            self.memo.record(state, pod, nodes, gpus)
+            return best
         return sigmoid_score(self.model(state).decrease_if_whole(state, pod, nodes))
 
     def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
@@ -97,8 +102,8 @@ class FgdScore:
             known = self.memo.lookup(state, pod, node)
             if known is not None:
                 return (known,)
-            scores = self.per_gpu_scores(state, pod, np.array([node], dtype=np.int64))[0]
-            return (int(np.argmax(scores)),)
+            _, gpus = self.best_gpus(state, pod, np.array([node], dtype=np.int64))
+            return (int(gpus[0]),)
         return lowest_idle_gpus(state, node, pod.gpu.count)
 
 

@@ -48,7 +48,7 @@ from kgpu.plugins import names
 from kgpu.plugins.node.fgd import FgdScore, sigmoid_score
 from kgpu.plugins.node.gpu_slots import lowest_idle_gpus
 from kgpu.state.cluster import ClusterState
-from kgpu.state.fragmentation import TypicalPod
+from kgpu.state.fragmentation import TypicalPod, best_per_node
 from kgpu.state.leftover import LeftoverModel
 
 # The tie-break stays strictly inside one FGD score point.
@@ -97,12 +97,14 @@ class StrandAwareFgd:
             self._leftover_for = bound_to
         return self._leftover
 
-    def leftover_decrease(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
-        """Drop in the expected leftover of each GPU (K,G) if the share went on it."""
+    def leftover_decrease(
+        self, state: ClusterState, pod: PodSpec, free: IntArray, cpu: IntArray
+    ) -> FloatArray:
+        """Drop in the expected leftover of GPUs with ``free`` milli on nodes with ``cpu``
+        milli-CPU free (both (P,)) if the share went on them."""
         model = self.leftover_model(state)
-        free, cpu = state.gpu_free[nodes], state.cpu_free[nodes]
-        after = model.leftover(free - pod.gpu.milli, cpu - pod.cpu_milli)
-        return np.asarray(model.leftover(free, cpu) - after, dtype=np.float64)
+        after = model.leftover_at(free - pod.gpu.milli, cpu - pod.cpu_milli)
+        return np.asarray(model.leftover_at(free, cpu) - after, dtype=np.float64)
 
     def stranded(self, idle_milli: IntArray, cpu_free: IntArray, mem_free: IntArray) -> FloatArray:
         """Idle milli-GPU beyond what the free CPU, or the free memory, can feed, in whole
@@ -123,25 +125,28 @@ class StrandAwareFgd:
         after = self.stranded(idle - pod.gpu.total_milli, cpu - pod.cpu_milli, mem - pod.memory_mib)
         return np.asarray(self.stranded(idle, cpu, mem) - after, dtype=np.float64)
 
-    def _per_gpu(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
-        """Score (K,G) of the share on each GPU: the integer score, then, below one point,
-        the leftover drop and the tightness."""
-        decrease = self.fgd.model(state).decrease_if_shared(state, pod, nodes)
-        decrease = decrease + self.stranded_decrease(state, pod, nodes)[:, None]
-        fits = np.isfinite(decrease)
-        kept = self.leftover_decrease(state, pod, nodes)
-        scores = sigmoid_score(np.where(fits, decrease + kept, 0.0))
+    def _best_gpus(
+        self, state: ClusterState, pod: PodSpec, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray]:
+        """Per node, the best score of the share over its GPUs and the lowest GPU with it
+        (-inf and GPU 0 where none has room). A GPU's score: the integer score, then,
+        below one point, the leftover drop and the tightness."""
+        at, slot, decrease = self.fgd.model(state).decrease_if_shared(state, pod, nodes)
+        decrease = decrease + self.stranded_decrease(state, pod, nodes)[at]
+        free = state.gpu_free[nodes[at], slot]
+        kept = self.leftover_decrease(state, pod, free, state.cpu_free[nodes][at])
+        scores = sigmoid_score(decrease + kept)
         # A leftover lies within 0..1000 milli, so the drop within ±1000 maps into the span.
         scores = scores + (TIE_SPAN / (2 * MILLI_PER_GPU)) * (kept + MILLI_PER_GPU)
-        left = state.gpu_free[nodes] - pod.gpu.milli
-        return np.where(fits, scores - _GPU_TIGHTNESS * left, -np.inf)
+        scores = scores - _GPU_TIGHTNESS * (free - pod.gpu.milli)
+        return best_per_node(at, slot, scores, len(nodes), -np.inf)
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         state = cycle.state
         if pod.gpu.is_shared:
-            per_gpu = self._per_gpu(state, pod, nodes)
-            self.fgd.memo.record(state, pod, nodes, per_gpu.argmax(axis=1))
-            return np.asarray(per_gpu.max(axis=1))
+            best, gpus = self._best_gpus(state, pod, nodes)
+            self.fgd.memo.record(state, pod, nodes, gpus)
+            return best
         decrease = self.fgd.model(state).decrease_if_whole(state, pod, nodes)
         score = sigmoid_score(decrease + self.stranded_decrease(state, pod, nodes))
         if pod.gpu.count:
@@ -159,8 +164,8 @@ class StrandAwareFgd:
             known = self.fgd.memo.lookup(state, pod, node)
             if known is not None:
                 return (known,)
-            per_gpu = self._per_gpu(state, pod, np.array([node], dtype=np.int64))[0]
-            return (int(np.argmax(per_gpu)),)
+            _, gpus = self._best_gpus(state, pod, np.array([node], dtype=np.int64))
+            return (int(gpus[0]),)
         return lowest_idle_gpus(state, node, pod.gpu.count)
 
 
