@@ -25,6 +25,7 @@ from kgpu.model.units import MILLI_PER_GPU
 from kgpu.state.cluster import BoolArray, ClusterState, IntArray
 
 FloatArray = npt.NDArray[np.float64]
+Int32Array = npt.NDArray[np.int32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +155,7 @@ class FragmentModel:
 
     def _base(
         self, state: ClusterState, nodes: IntArray
-    ) -> tuple[IntArray, IntArray, IntArray, BoolArray]:
+    ) -> tuple[Int32Array, Int32Array, Int32Array, BoolArray]:
         """Usable milli, big-enough GPUs and lost milli (K,T), and first slots (K,G), of
         ``nodes`` as they are now; rows of nodes changed since they were computed are
         computed again first."""
