@@ -84,6 +84,11 @@ def typical_pods(pods: Iterable[PodSpec], coverage: float = 0.95) -> list[Typica
 # of a node's GPUs (at most 256 × 1000) and milli-CPU (at most 2^30) both fit.
 _I32 = np.int32
 _NEVER = np.iinfo(np.int32).max  # the CPU threshold of a typical pod a node can never take
+# A whole-GPU pod's decreases come from the table (``decrease_if_whole``) for this many
+# nodes or more, and when bringing it up to date costs at most this many times a lookup
+# per node; otherwise they are computed directly.
+_TABLE_MIN_NODES = 256
+_TABLE_REFRESH_RATIO = 8
 
 
 class FragmentModel:
@@ -128,6 +133,14 @@ class FragmentModel:
         # shares score alike, so a share is tried on these slots only.
         self._first = np.zeros((n, state.max_gpus), dtype=np.bool_)
         self._seen = np.full(n, -1, dtype=np.int64)  # node_clock when last computed
+        # For whole-GPU and GPU-less pods: which typical pods a node's CPU still allows
+        # after the pod depends only on how many typical CPU requests fit in what is left,
+        # j = 0..T, so a node's decrease for k GPUs is one of T + 1 figures (``_whole``).
+        rank = np.empty(kinds, dtype=np.int64)
+        rank[np.argsort(self.cpu, kind="stable")] = np.arange(kinds)
+        self._cpu_sorted = np.sort(self.cpu)
+        self._cpu_fits_j = rank[None, :] < np.arange(kinds + 1)[:, None]  # (T+1, T)
+        self._whole: dict[int, tuple[FloatArray, IntArray]] = {}
 
     def _gpu_parts(self, free: IntArray) -> tuple[BoolArray, IntArray, IntArray]:
         """Per node and typical pod: GPUs big enough (K,G,T), their milli and count (K,T)."""
@@ -153,29 +166,31 @@ class FragmentModel:
         cpu = np.clip(cpu_free, -_NEVER, _NEVER - 1).astype(_I32)
         return np.asarray(cpu[:, None] >= self._cpu_needed[nodes], dtype=np.bool_)
 
-    def _base(
-        self, state: ClusterState, nodes: IntArray
-    ) -> tuple[Int32Array, Int32Array, Int32Array, BoolArray]:
-        """Usable milli, big-enough GPUs and lost milli (K,T), and first slots (K,G), of
-        ``nodes`` as they are now; rows of nodes changed since they were computed are
-        computed again first."""
+    def _refresh(self, state: ClusterState, nodes: IntArray) -> None:
+        """Recompute the per-node parts of those ``nodes`` changed since they were last
+        computed."""
         clocks = state.node_clock[nodes]
         stale = self._seen[nodes] != clocks
-        if stale.any():
-            changed = nodes[stale]
-            free = state.gpu_free[changed]
-            _, usable, enough = self._gpu_parts(free)
-            fits = self._cpu_allows(state.cpu_free[changed], changed) & (
-                enough >= self.count[None, :]
-            )
-            self._usable[changed] = usable
-            self._enough[changed] = enough
-            self._lost[changed] = np.where(fits, -usable, 0)
-            earlier = np.tri(free.shape[1], k=-1, dtype=np.bool_)
-            repeated = ((free[:, :, None] == free[:, None, :]) & earlier[None]).any(axis=2)
-            self._first[changed] = ~repeated
-            self._seen[changed] = clocks[stale]
-        return self._usable[nodes], self._enough[nodes], self._lost[nodes], self._first[nodes]
+        if not stale.any():
+            return
+        changed = nodes[stale]
+        free = state.gpu_free[changed]
+        _, usable, enough = self._gpu_parts(free)
+        fits = self._cpu_allows(state.cpu_free[changed], changed) & (enough >= self.count[None, :])
+        self._usable[changed] = usable
+        self._enough[changed] = enough
+        self._lost[changed] = np.where(fits, -usable, 0)
+        earlier = np.tri(free.shape[1], k=-1, dtype=np.bool_)
+        repeated = ((free[:, :, None] == free[:, None, :]) & earlier[None]).any(axis=2)
+        self._first[changed] = ~repeated
+        self._seen[changed] = clocks[stale]
+
+    def _base(
+        self, state: ClusterState, nodes: IntArray
+    ) -> tuple[Int32Array, Int32Array, Int32Array]:
+        """Usable milli, big-enough GPUs and lost milli (K,T) of ``nodes`` as they are now."""
+        self._refresh(state, nodes)
+        return self._usable[nodes], self._enough[nodes], self._lost[nodes]
 
     def fragments(self, state: ClusterState, nodes: IntArray) -> IntArray:
         """Per node and typical pod, the fragment in milli (K,T)."""
@@ -198,20 +213,21 @@ class FragmentModel:
         idle), which is what makes a share's cost close to a whole GPU's.
         """
         share = pod.gpu.milli
-        usable, enough, lost, first = self._base(state, nodes)
+        self._refresh(state, nodes)
         free = state.gpu_free[nodes]
-        at, slot = (first & (free >= share)).nonzero()
+        at, slot = (self._first[nodes] & (free >= share)).nonzero()
+        rows = nodes[at]
         f = free[at, slot].astype(_I32)[:, None]
         big = f >= self._milli32[None, :]
         after_free = f - _I32(share)
         big_after = after_free >= self._milli32[None, :]
         # Usable milli after: this GPU's share leaves what it counted, its remainder
         # counts again where still big enough.
-        usable_after = usable[at] - f * big + after_free * big_after
-        enough_after = enough[at] - big + big_after
-        allows = self._cpu_allows(state.cpu_free[nodes] - pod.cpu_milli, nodes)
-        fits = allows[at] & (enough_after >= self._count32[None, :])
-        kept = lost[at] + np.where(fits, usable_after, 0)
+        usable_after = self._usable[rows] - f * big + after_free * big_after
+        enough_after = self._enough[rows] - big + big_after
+        allows = self._cpu_allows(state.cpu_free[rows] - pod.cpu_milli, rows)
+        fits = allows & (enough_after >= self._count32[None, :])
+        kept = self._lost[rows] + np.where(fits, usable_after, 0)
         decrease = np.asarray((kept + _I32(share)) @ self.weights, dtype=np.float64)
         return at, slot, decrease
 
@@ -221,13 +237,57 @@ class FragmentModel:
         Whole GPUs come out of the idle ones, which every typical pod could use, so each
         taken GPU lowers the usable milli by 1000 and the count of big-enough GPUs by one:
         a typical pod that still fits loses nothing, one that no longer does loses them.
+
+        Over many nodes the figures are read from a table per GPU count of every node's
+        T + 1 possible decreases (one per how many typical CPU requests fit what the pod
+        leaves), kept up to date like the per-node parts: a pod of a new shape then costs
+        a lookup per node instead of work per node and typical pod.
         """
         k = pod.gpu.count
-        usable, enough, lost, _ = self._base(state, nodes)
+        if len(nodes) >= _TABLE_MIN_NODES:
+            known = self._whole.get(k)
+            table, seen = known or self._new_table(state, k)
+            stale = seen[nodes] != state.node_clock[nodes]
+            changed = int(np.count_nonzero(stale))
+            # A new table is filled whatever it costs (once); after that, rows are brought
+            # up to date only while that costs no more than a few lookups per node, as
+            # when every pod is of a new shape. Where pods of known shapes come between
+            # (the per-shape cache serves them), it would cost more than it saves.
+            if known is None or changed * (len(self.typical) + 1) <= _TABLE_REFRESH_RATIO * len(
+                nodes
+            ):
+                if changed:
+                    self._refresh_table(state, k, nodes[stale])
+                fit = np.searchsorted(
+                    self._cpu_sorted, state.cpu_free[nodes] - pod.cpu_milli, "right"
+                )
+                return np.asarray(table[nodes, fit], dtype=np.float64)
+        usable, enough, lost = self._base(state, nodes)
         allows = self._cpu_allows(state.cpu_free[nodes] - pod.cpu_milli, nodes)
         fits = allows & (enough - _I32(k) >= self._count32[None, :])
         diff = lost + np.where(fits, usable, _I32(k * MILLI_PER_GPU))
         return np.asarray(diff @ self.weights, dtype=np.float64)
+
+    def _new_table(self, state: ClusterState, k: int) -> tuple[FloatArray, IntArray]:
+        n = len(state)
+        entry = (
+            np.zeros((n, len(self.typical) + 1), dtype=np.float64),
+            np.full(n, -1, dtype=np.int64),
+        )
+        self._whole[k] = entry
+        return entry
+
+    def _refresh_table(self, state: ClusterState, k: int, nodes: IntArray) -> None:
+        """Every decrease of ``nodes`` for a pod of ``k`` whole GPUs, by how many typical
+        CPU requests fit what it leaves: ``decrease_if_whole``'s sum for each of them."""
+        table, seen = self._whole[k]
+        usable, enough, lost = self._base(state, nodes)
+        model_ok = self._cpu_needed[nodes] < _NEVER
+        room = (enough - _I32(k) >= self._count32[None, :]) & model_ok
+        fits = room[:, None, :] & self._cpu_fits_j[None, :, :]  # (S, T+1, T)
+        diff = lost[:, None, :] + np.where(fits, usable[:, None, :], _I32(k * MILLI_PER_GPU))
+        table[nodes] = diff @ self.weights
+        seen[nodes] = state.node_clock[nodes]
 
 
 def best_per_node(
