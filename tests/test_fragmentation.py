@@ -129,3 +129,24 @@ def test_gpu_choice_reuses_scoring_only_while_the_node_is_unchanged() -> None:
         assert scored.choose_gpus(state, share, 0) == fresh.choose_gpus(state, share, 0)
         assert scored.choose_gpus(state, share, 0) != (2,)
         state.release(make_pod("y").build().key)
+
+
+def test_typical_pods_of_a_workload_where_every_pod_differs_stay_few_and_round_up() -> None:
+    # 3,000 pods, no two alike: one typical pod each would make every decision 3,000 wide.
+    pods = [
+        make_pod(f"p{i}").share(100 + (i * 7) % 800).cpu(1000 + i).memory(1000 + i).build()
+        for i in range(3000)
+    ]
+    typical = typical_pods(pods)
+    assert 1 < len(typical) <= 100
+    assert sum(t.weight for t in typical) == pytest.approx(1.0)
+    # On the grid, requests are rounded up: no typical pod asks for less than the smallest
+    # pod, and shares stay shares.
+    assert min(t.cpu_milli for t in typical) >= 1000
+    assert all(100 <= t.gpu_milli < 1000 and t.gpu_count == 1 for t in typical)
+
+
+def test_typical_pods_keep_exact_shapes_while_they_are_few() -> None:
+    pods = [make_pod(f"p{i}").share(101 + i).cpu(1001 + i).build() for i in range(40)]
+    # 38 of the 40 cover 95%; of equal counts the larger requests make the cut.
+    assert sorted(t.gpu_milli for t in typical_pods(pods)) == [101 + i for i in range(2, 40)]

@@ -40,33 +40,47 @@ class TypicalPod:
     memory_mib: int = 0  # the mean of its pods'; not part of the shape
 
 
-def typical_pods(pods: Iterable[PodSpec], coverage: float = 0.95) -> list[TypicalPod]:
+# At most this many typical pods: FGD's work per decision grows with them. openb's traces
+# have 35 to 74; a cluster where requests vary freely (no two pods alike) would have one
+# per pod, and is summarised on a coarser grid instead (``typical_pods``).
+MAX_TYPICAL = 100
+_CPU_GRID = 100  # milli-CPU, doubled per coarser level
+_SHARE_GRID = 10  # milli-GPU of a share, doubled per coarser level
+
+
+def typical_pods(
+    pods: Iterable[PodSpec], coverage: float = 0.95, limit: int = MAX_TYPICAL
+) -> list[TypicalPod]:
     """The most frequent shapes (CPU, per-GPU milli, GPU count, allowed models) that together
     cover ``coverage`` of the pods, weights renormalised to sum to 1.
 
     Memory does not tell shapes apart, as in the paper; each shape carries its pods' mean
     memory, which only kgpu's stranding term reads. Equal counts are ordered by descending
     CPU, milli, count and model list, which fixes which shapes make the cut.
+
+    Where that takes more than ``limit`` shapes, requests are rounded up to a grid (CPU to
+    200 milli, a share to 20 milli, then twice as coarse, and so on) until it does not: a
+    workload whose pods all differ a little is then described by what they have in common,
+    and no pod counts for less than it asks.
     """
-    counts: Counter[tuple[int, int, int, str]] = Counter()
-    memory: Counter[tuple[int, int, int, str]] = Counter()
-    for pod in pods:
-        g = pod.gpu
-        shape = (pod.cpu_milli, g.milli if g.count else 0, g.count, "|".join(g.models))
-        counts[shape] += 1
-        memory[shape] += pod.memory_mib
-    total = sum(counts.values())
-    if total == 0:
-        return []
-    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
-    kept: list[tuple[tuple[int, int, int, str], int]] = []
-    covered = 0
-    expected = int(coverage * 100) * total // 100
-    for shape, count in ranked:
-        if covered >= expected and kept:
+    listed = [
+        (
+            pod.cpu_milli,
+            pod.gpu.milli if pod.gpu.count else 0,
+            pod.gpu.count,
+            "|".join(pod.gpu.models),
+            pod.memory_mib,
+        )
+        for pod in pods
+    ]
+    level = 0
+    while True:
+        kept, counts, memory = _most_frequent(listed, coverage, level)
+        if len(kept) <= limit or level >= 32:
             break
-        kept.append((shape, count))
-        covered += count
+        level += 1
+    total = sum(counts.values())
+    covered = sum(count for _, count in kept)
     return [
         TypicalPod(
             weight=(count / total) / (covered / total),
@@ -78,6 +92,39 @@ def typical_pods(pods: Iterable[PodSpec], coverage: float = 0.95) -> list[Typica
         )
         for (cpu, milli, num, spec), count in kept
     ]
+
+
+_Shape = tuple[int, int, int, str]
+
+
+def _most_frequent(
+    listed: list[tuple[int, int, int, str, int]], coverage: float, level: int
+) -> tuple[list[tuple[_Shape, int]], Counter[_Shape], Counter[_Shape]]:
+    """The shapes covering ``coverage`` of the pods, most frequent first, with every
+    shape's count and memory sum; at ``level`` > 0, on the grid of that level."""
+    counts: Counter[_Shape] = Counter()
+    memory: Counter[_Shape] = Counter()
+    cpu_step = _CPU_GRID << level if level else 1
+    share_step = _SHARE_GRID << level if level else 1
+    for cpu, milli, num, spec, mib in listed:
+        if level:
+            cpu = -(-cpu // cpu_step) * cpu_step
+            if 0 < milli < MILLI_PER_GPU:
+                milli = min(-(-milli // share_step) * share_step, MILLI_PER_GPU - 1)
+        shape = (cpu, milli, num, spec)
+        counts[shape] += 1
+        memory[shape] += mib
+    total = sum(counts.values())
+    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    kept: list[tuple[_Shape, int]] = []
+    covered = 0
+    expected = int(coverage * 100) * total // 100
+    for shape, count in ranked:
+        if covered >= expected and kept:
+            break
+        kept.append((shape, count))
+        covered += count
+    return kept, counts, memory
 
 
 # Per-node figures are kept as int32, half the bytes of int64 to walk per decision: milli
