@@ -343,6 +343,8 @@ def best_per_node(
     """Per node, the best of its GPUs' ``values`` and the lowest slot holding it, from the
     pairs ``decrease_if_shared`` names (``at`` ascending); a node without a pair gets
     ``empty`` and slot 0, as an argmax over a row of ``empty`` would."""
+    if len(at) == nodes and (nodes == 0 or at[-1] == nodes - 1) and _one_each(at):
+        return values, slot  # one GPU per node, the common case: nothing to reduce
     best = np.full(nodes, empty, dtype=np.float64)
     slots = np.zeros(nodes, dtype=np.int64)
     if len(at) == 0:
@@ -355,3 +357,9 @@ def best_per_node(
     best[owners] = top
     slots[owners] = np.minimum.reduceat(np.where(at_top, slot, np.iinfo(np.int64).max), starts)
     return best, slots
+
+
+def _one_each(at: IntArray) -> bool:
+    """Does ascending ``at`` (as long as the nodes, ending at the last) name every node
+    once? Then no two entries are equal."""
+    return len(at) < 2 or bool((at[1:] != at[:-1]).all())
