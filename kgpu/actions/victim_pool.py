@@ -131,11 +131,19 @@ def _buckets(session: Session, jobs: Iterable[JobInfo]) -> dict[tuple[object, ..
             plan = plans[name] = _plan(session, job)
         if plan.youngest is None:
             continue
-        head = head_of(plan.youngest)  # once a job: plugins judge jobs, not pods
+        head = head_of(job, plan.youngest)  # once a job: plugins judge jobs, not pods
         if plan.extras:
-            buckets.setdefault((False, *head), []).extend(plan.extras)
+            found = buckets.get((False, *head))
+            if found is None:
+                buckets[(False, *head)] = list(plan.extras)
+            else:
+                found.extend(plan.extras)
         if plan.gang is not None:
-            buckets.setdefault((True, *head), []).append(plan.gang)
+            found = buckets.get((True, *head))
+            if found is None:
+                buckets[(True, *head)] = [plan.gang]
+            else:
+                found.append(plan.gang)
     return buckets
 
 
@@ -157,13 +165,13 @@ class VictimPool:
         buckets = _buckets(session, jobs)
         self.units: list[Unit] = []
         self.by_node: dict[int, list[Unit]] = {}
-        self.by_queue: dict[int, list[Unit]] = {}
+        self._by_queue: dict[int, list[Unit]] | None = None  # made when first asked
         # Per node: its clock, and what the pods of the pool's units hold there (``held``).
         self._held: dict[int, tuple[int, list[_Held]]] = {}
         # Per request and victims' queues: the nodes ``_may_fit`` turned down, with their
         # clocks then (``hopeless``).
         self._hopeless: dict[tuple[object, ...], dict[int, int]] = {}
-        units, by_node, by_queue = self.units, self.by_node, self.by_queue
+        units, by_node = self.units, self.by_node
         for order in sorted(buckets):
             bucket = buckets[order]
             bucket.sort()  # by (-started, pod): unique, so nothing further is compared
@@ -176,11 +184,21 @@ class VictimPool:
                         by_node[node] = [unit]
                     else:
                         found.append(unit)
-                found = by_queue.get(job.queue)
+
+    @property
+    def by_queue(self) -> dict[int, list[Unit]]:
+        """The units by their job's queue, each list in victim order: made once asked, as
+        only reclaim asks (preempt's pools, one a queue, are of one queue each)."""
+        if self._by_queue is None:
+            by_queue: dict[int, list[Unit]] = {}
+            for unit in self.units:
+                found = by_queue.get(unit.job.queue)
                 if found is None:
-                    by_queue[job.queue] = [unit]
+                    by_queue[unit.job.queue] = [unit]
                 else:
                     found.append(unit)
+            self._by_queue = by_queue
+        return self._by_queue
 
     def held(self, session: Session, node: int) -> list[_Held]:
         """What the pods of this pool's units hold on ``node`` now, worked out again only

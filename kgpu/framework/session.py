@@ -420,12 +420,22 @@ class Session:
                 self.state.release(op.task.pod.key)
         self._provisional = []
         result = self.result
+        pending, events, statuses = result.pending, result.events, self.statuses
+        # Tens of thousands of pods wait and share a few thousand statuses (a job's pods
+        # share one, as do a shape's refusals): each status's message is joined once.
+        texts: dict[int, str] = {}
         for job in self.jobs:
+            if not job.pending:
+                continue
+            invalid = self.invalid(job) if job.problem else None
             for task in job.pending:
                 key = task.pod.key
-                status = self.invalid(job) if job.problem else self.statuses.get(key, NOT_TRIED)
-                result.pending.append(Pending(key, status, status.message))
-                result.events.append(failed_event(key, status.message))
+                status = invalid if invalid is not None else statuses.get(key, NOT_TRIED)
+                text = texts.get(id(status))  # ids stay apart: ``statuses`` holds each
+                if text is None:
+                    text = texts[id(status)] = status.message
+                pending.append(Pending(key, status, text))
+                events.append(failed_event(key, text))
         for q, spec in enumerate(self.tree.specs):
             result.allocated[spec.name] = dict(self.ledger.allocated[q])
             result.fair[spec.name] = dict(self.ledger.fair[q])

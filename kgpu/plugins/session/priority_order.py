@@ -22,7 +22,7 @@ class PriorityOrder:
         session.callbacks.job_order.append(lambda job: (-job.spec.priority,))
         session.callbacks.task_order.append(lambda task: (-task.pod.priority,))
         session.callbacks.victim_order.append(
-            lambda task: (job_of[task.pod.key].spec.priority, task.pod.priority)
+            lambda job, task: (job.spec.priority, task.pod.priority)
         )
 
         def lower(preemptor: JobInfo, unit: Sequence[Task]) -> bool:
