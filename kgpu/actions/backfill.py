@@ -17,8 +17,8 @@ class Backfill:
     def execute(self, session: Session) -> None:
         placer = placer_of(session)
         for job in session.jobs:
-            if job.problem or not job.admitted:
-                continue
+            if not job.pending or job.problem or not job.admitted:
+                continue  # most jobs run with nothing pending: that test first
             tasks = [t for t in job.pending if best_effort(t)]
             if not tasks:
                 continue

@@ -132,6 +132,8 @@ def job_figures(
     jobs: Sequence[JobInfo], result: SessionResult, only: Container[str]
 ) -> list[JobFigures]:
     """The figures of the closed session's ``jobs`` whose key is in ``only``."""
+    if not only:  # most sessions (all but the live loop's): no walk of every job
+        return []
     wanted = [job for job in jobs if job.key in only]
     if not wanted:
         return []
