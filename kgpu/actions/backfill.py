@@ -26,7 +26,7 @@ class Backfill:
             for task in tasks:
                 if job.alive >= job.max_pods:
                     break
-                why = placer.place(statement, task)
+                why = placer.place(statement, job, task)
                 if why is not None:
                     session.note(job, why, [task])
             if session.callbacks.ready(job):

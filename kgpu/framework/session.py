@@ -343,11 +343,18 @@ class Session:
     # The changes a Statement makes, each with its accounting, and their undoing.
 
     def assign(
-        self, task: Task, node: int, gpus: tuple[int, ...], card: str | None
+        self,
+        task: Task,
+        node: int,
+        gpus: tuple[int, ...],
+        card: str | None,
+        job: JobInfo | None = None,
     ) -> tuple[JobInfo, Allocation, Vector, int]:
         """Place pending ``task`` on ``node`` as ``card``: its job, its allocation, what it
-        holds of its queue's account and where it sat in the job's pending list."""
-        job = self.job_of[task.pod.key]
+        holds of its queue's account and where it sat in the job's pending list. Callers
+        that hold the job give it: finding it from the pod is a lookup among every pod."""
+        if job is None:
+            job = self.job_of[task.pod.key]
         index = job.pending.index(task)
         alloc = self.state.allocate(task.pod, node, gpus)
         vec = self.charge(task, alloc, card)
@@ -364,9 +371,13 @@ class Session:
         op.job.pending.insert(op.index, op.task)
         self.releases += 1
 
-    def unbind(self, task: Task) -> tuple[JobInfo, Allocation, Vector, int]:
-        """Take running ``task`` off its node, as ``assign`` returns it."""
-        job = self.job_of[task.pod.key]
+    def unbind(
+        self, task: Task, job: JobInfo | None = None
+    ) -> tuple[JobInfo, Allocation, Vector, int]:
+        """Take running ``task`` (of ``job``, if the caller holds it) off its node, as
+        ``assign`` returns it."""
+        if job is None:
+            job = self.job_of[task.pod.key]
         index = job.running.index(task)
         alloc = self.state.release(task.pod.key)
         vec = self.charge(task, alloc, self.cards.get(task.pod.key))
