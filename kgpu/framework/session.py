@@ -119,18 +119,29 @@ class Session:
     def _build_jobs(self, snapshot: Snapshot) -> None:
         # Opening over tens of thousands of pods must cost a few dictionary operations a
         # pod: pods are grouped by job in one pass that does nothing else, then each job
-        # sorts its own, and every queue's sums are charged up the tree once.
+        # sorts its own, and every queue's sums are charged up the tree once. Those
+        # operations are most of the opening's time (each a likely cache miss in a
+        # dictionary of every pod), so a pod's job is found by the job's name
+        # (``job_for``), not kept pod by pod, and a job's pods that come one after another,
+        # as snapshots list them, find their group without a lookup.
         groups: dict[str, list[Task]] = {}
+        last_name = ""
+        last: list[Task] = []
         for task in snapshot.tasks:
             name: str = task.job or task.pod.key
+            if name == last_name:
+                last.append(task)
+                continue
             group = groups.get(name)
             if group is None:
-                groups[name] = [task]
+                group = groups[name] = [task]
             else:
                 group.append(task)
+            last_name, last = name, group
         specs = {spec.key: spec for spec in snapshot.jobs}
-        self.job_of: dict[str, JobInfo] = {}
-        job_of = self.job_of
+        self.job_named: dict[str, JobInfo] = {}  # by the name its tasks give (``job_for``)
+        self._job_of: dict[str, JobInfo] | None = None  # made when first asked
+        job_named = self.job_named
         allocations = self.state.allocations
         mig = self.charges.held
         held = [[0, 0, 0] for _ in range(len(self.tree))]
@@ -140,12 +151,12 @@ class Session:
             spec = specs.get(first.job) if first.job else singleton_job(first)
             job = self._new_job(spec or JobSpec(JobKey(name)), found=spec is not None)
             jobs.append(job)
+            job_named[name] = job
             running, pending = job.running, job.pending
             cpu = memory = gpu = 0
             carded = False  # a pod names a card: read below, once the job's pods are sorted
             for task in group:
                 pod = task.pod
-                job_of[pod.key] = job
                 if NAME_ANNOTATION in pod.annotations:
                     carded = True
                 alloc = allocations.get(pod.key)
@@ -241,6 +252,22 @@ class Session:
                 self.cards[task.pod.key] = card
                 units = _card_units(card, task.pod.gpu, self.charges.held(alloc))
                 self.ledger.charge(job.queue, {card: units})
+
+    def job_for(self, task: Task) -> JobInfo:
+        """The job of ``task``, one of the session's."""
+        return self.job_named[task.job or task.pod.key]
+
+    @property
+    def job_of(self) -> dict[str, JobInfo]:
+        """Every pod's job, by the pod's key (``job_for`` finds one without this table)."""
+        if self._job_of is None:
+            self._job_of = {
+                task.pod.key: job
+                for job in self.jobs
+                for tasks in (job.running, job.pending, job.placed)
+                for task in tasks
+            }
+        return self._job_of
 
     def first_card(self, task: Task) -> str | None:
         if NAME_ANNOTATION not in task.pod.annotations:
@@ -354,7 +381,7 @@ class Session:
         holds of its queue's account and where it sat in the job's pending list. Callers
         that hold the job give it: finding it from the pod is a lookup among every pod."""
         if job is None:
-            job = self.job_of[task.pod.key]
+            job = self.job_for(task)
         index = job.pending.index(task)
         alloc = self.state.allocate(task.pod, node, gpus)
         vec = self.charge(task, alloc, card)
@@ -377,7 +404,7 @@ class Session:
         """Take running ``task`` (of ``job``, if the caller holds it) off its node, as
         ``assign`` returns it."""
         if job is None:
-            job = self.job_of[task.pod.key]
+            job = self.job_for(task)
         index = job.running.index(task)
         alloc = self.state.release(task.pod.key)
         vec = self.charge(task, alloc, self.cards.get(task.pod.key))

@@ -129,7 +129,7 @@ class Proportion:
             return found
 
         def reclaimable(reclaimer: JobInfo, unit: Sequence[Task]) -> bool:
-            theirs_q = session.job_of[unit[0].pod.key].queue
+            theirs_q = session.job_for(unit[0]).queue
             if theirs_q < 0 or reclaimer.queue < 0 or theirs_q == reclaimer.queue:
                 return False
             taken, involved = holding(unit)
