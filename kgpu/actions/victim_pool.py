@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from kgpu.framework.session import Session
 from kgpu.framework.session_scratch import StateKey
@@ -21,12 +20,22 @@ from kgpu.model.job import JobInfo, Task
 from kgpu.model.pod import PodSpec
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Unit:
     job: JobInfo
     task: Task | None  # an extra pod; None: the job's whole gang
-    rank: int = 0
-    nodes: tuple[int, ...] = ()  # where its pods ran when the pool was made
+    rank: int
+    nodes: tuple[int, ...]  # where its pods ran when the pool was made
+
+    # Written out, not generated: a generated __init__ is Python even in the compiled
+    # build (mypyc compiles only what the source spells), and pools make tens of thousands.
+    def __init__(
+        self, job: JobInfo, task: Task | None, rank: int = 0, nodes: tuple[int, ...] = ()
+    ) -> None:
+        self.job = job
+        self.task = task
+        self.rank = rank
+        self.nodes = nodes
 
     def tasks(self, session: Session) -> list[Task]:
         """The pods evicting this unit takes now (none if they are gone already)."""
@@ -47,7 +56,7 @@ _Held = tuple[int, int, int, int, tuple[int, ...]]
 _Entry = tuple[float, str, JobInfo, Task | None, tuple[int, ...]]
 
 
-class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction of a dataclass
+class _Plan:
     """A job's victim units as its pods stood when they were worked out.
 
     Kept in the session's scratch (``PLANS``) for the pools made later in it: reclaim's
@@ -57,12 +66,24 @@ class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction o
     the job is still as it was.
     """
 
-    running: int
-    placed: int
-    youngest: Task | None  # what the victim order is asked about; None: no units
-    # Made as pools take them, once a job: pools are made up to once a queue a session.
-    extras: tuple[_Entry, ...]
-    gang: _Entry | None
+    # Made for most running jobs: slots and an __init__ written out (a NamedTuple's or a
+    # dataclass's is Python even in the compiled build), at a fraction of their cost.
+    __slots__ = ("extras", "gang", "placed", "running", "youngest")
+
+    def __init__(
+        self,
+        running: int,
+        placed: int,
+        youngest: Task | None,
+        extras: tuple[_Entry, ...],
+        gang: _Entry | None,
+    ) -> None:
+        self.running = running
+        self.placed = placed
+        self.youngest = youngest  # what the victim order is asked about; None: no units
+        # Made as pools take them, once a job: pools are made up to once a queue a session.
+        self.extras = extras
+        self.gang = gang
 
 
 # Per job, its victim units as last worked out: each later pool redoes only the jobs that

@@ -20,7 +20,7 @@ from kgpu.model.resources import Vector
 from kgpu.state.cluster import Allocation
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Op:
     kind: str  # "allocate", "pipeline" or "evict"
     task: Task
@@ -28,8 +28,30 @@ class Op:
     alloc: Allocation
     vec: Vector
     index: int  # where the task sat in its job's list, to put it back there
-    message: str = ""
-    eviction: EvictionKind | None = None  # why, for an eviction
+    message: str
+    eviction: EvictionKind | None  # why, for an eviction
+
+    # Written out, not generated: a generated __init__ is Python even in the compiled
+    # build (mypyc compiles only what the source spells), and a session makes thousands.
+    def __init__(
+        self,
+        kind: str,
+        task: Task,
+        job: JobInfo,
+        alloc: Allocation,
+        vec: Vector,
+        index: int,
+        message: str = "",
+        eviction: EvictionKind | None = None,
+    ) -> None:
+        self.kind = kind
+        self.task = task
+        self.job = job
+        self.alloc = alloc
+        self.vec = vec
+        self.index = index
+        self.message = message
+        self.eviction = eviction
 
 
 class Changes(Protocol):
