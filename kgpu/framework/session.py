@@ -336,8 +336,12 @@ class Session:
 
     def need(self, job: JobInfo) -> Vector:
         """What ``needed(job)`` asks for (each pod as its first card)."""
+        tasks = self.callbacks.needed(job)
+        if len(tasks) == 1:  # most jobs, asked of each by enqueue and reclaim: ``add``'s sum
+            vec = self.vector(tasks[0], self.first_card(tasks[0]))
+            return {r: amount for r, amount in vec.items() if amount}
         out: Vector = {}
-        for task in self.callbacks.needed(job):
+        for task in tasks:
             add(out, self.vector(task, self.first_card(task)))
         return out
 
