@@ -86,7 +86,7 @@ def place_gang(session: Session, placer: Placer, job: JobInfo) -> bool:
     for task in list(job.pending):
         if session.callbacks.ready(job):
             break
-        why = placer.place(statement, task)
+        why = placer.place(statement, job, task)
         if why is not None:
             break
         placed += 1
@@ -141,7 +141,7 @@ class Allocate:
         """Place one extra pod of a ready job; True if the job has room for more."""
         task = job.pending[0]
         statement = session.statement()
-        why = placer.place(statement, task)
+        why = placer.place(statement, job, task)
         if why is not None:
             session.note(job, why)
             return False

@@ -17,8 +17,8 @@ class Backfill:
     def execute(self, session: Session) -> None:
         placer = placer_of(session)
         for job in session.jobs:
-            if job.problem or not job.admitted:
-                continue
+            if not job.pending or job.problem or not job.admitted:
+                continue  # most jobs run with nothing pending: that test first
             tasks = [t for t in job.pending if best_effort(t)]
             if not tasks:
                 continue
@@ -26,7 +26,7 @@ class Backfill:
             for task in tasks:
                 if job.alive >= job.max_pods:
                     break
-                why = placer.place(statement, task)
+                why = placer.place(statement, job, task)
                 if why is not None:
                     session.note(job, why, [task])
             if session.callbacks.ready(job):

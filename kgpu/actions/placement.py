@@ -21,7 +21,7 @@ from kgpu.framework.session_scratch import StateKey
 from kgpu.framework.statement import Statement
 from kgpu.framework.status import Status
 from kgpu.model.card import REPLICAS_LABEL, card_product, mps_replicas
-from kgpu.model.job import Task
+from kgpu.model.job import JobInfo, Task
 from kgpu.model.pod import PodSpec
 from kgpu.plugins.node.gpu_fit import GpuFit
 from kgpu.plugins.node.resource_fit import NodeResourcesFit
@@ -116,10 +116,12 @@ class Placer:
             self._failed[shape] = (session.room_mark, None)
         return placement
 
-    def place(self, statement: Statement, task: Task, pipeline: bool = False) -> Status | None:
-        """Place ``task`` through ``statement``; the reason it cannot be placed, if so."""
+    def place(
+        self, statement: Statement, job: JobInfo, task: Task, pipeline: bool = False
+    ) -> Status | None:
+        """Place ``task`` of ``job`` through ``statement``; the reason it cannot be placed,
+        if so."""
         session = self.session
-        job = session.job_of[task.pod.key]
         refusals: list[Status] = []
         cards: list[str | None] = []
         for pod, card in self.options(task):
@@ -128,7 +130,7 @@ class Placer:
             if verdict is None:
                 outcome = self.schedule(pod)
                 if isinstance(outcome, Placement):
-                    statement.allocate(task, outcome.node, outcome.gpus, card, pipeline)
+                    statement.allocate(task, outcome.node, outcome.gpus, card, pipeline, job)
                     return None
                 verdict = outcome.status
             refusals.append(verdict)

@@ -49,7 +49,7 @@ def take_room(
             if session.check_allocatable(job, task, vec) is None:
                 outcome = placer.free_room(pod)
                 if outcome is not None:
-                    statement.allocate(task, outcome.node, outcome.gpus, card, pipeline=True)
+                    statement.allocate(task, outcome.node, outcome.gpus, card, True, job)
                     placed = True
                     break
             if make_room(

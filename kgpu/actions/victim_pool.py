@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from kgpu.framework.session import Session
 from kgpu.framework.session_scratch import StateKey
@@ -21,12 +20,22 @@ from kgpu.model.job import JobInfo, Task
 from kgpu.model.pod import PodSpec
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Unit:
     job: JobInfo
     task: Task | None  # an extra pod; None: the job's whole gang
-    rank: int = 0
-    nodes: tuple[int, ...] = ()  # where its pods ran when the pool was made
+    rank: int
+    nodes: tuple[int, ...]  # where its pods ran when the pool was made
+
+    # Written out, not generated: a generated __init__ is Python even in the compiled
+    # build (mypyc compiles only what the source spells), and pools make tens of thousands.
+    def __init__(
+        self, job: JobInfo, task: Task | None, rank: int = 0, nodes: tuple[int, ...] = ()
+    ) -> None:
+        self.job = job
+        self.task = task
+        self.rank = rank
+        self.nodes = nodes
 
     def tasks(self, session: Session) -> list[Task]:
         """The pods evicting this unit takes now (none if they are gone already)."""
@@ -47,7 +56,7 @@ _Held = tuple[int, int, int, int, tuple[int, ...]]
 _Entry = tuple[float, str, JobInfo, Task | None, tuple[int, ...]]
 
 
-class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction of a dataclass
+class _Plan:
     """A job's victim units as its pods stood when they were worked out.
 
     Kept in the session's scratch (``PLANS``) for the pools made later in it: reclaim's
@@ -57,12 +66,24 @@ class _Plan(NamedTuple):  # a tuple: made for most running jobs, at a fraction o
     the job is still as it was.
     """
 
-    running: int
-    placed: int
-    youngest: Task | None  # what the victim order is asked about; None: no units
-    # Made as pools take them, once a job: pools are made up to once a queue a session.
-    extras: tuple[_Entry, ...]
-    gang: _Entry | None
+    # Made for most running jobs: slots and an __init__ written out (a NamedTuple's or a
+    # dataclass's is Python even in the compiled build), at a fraction of their cost.
+    __slots__ = ("extras", "gang", "placed", "running", "youngest")
+
+    def __init__(
+        self,
+        running: int,
+        placed: int,
+        youngest: Task | None,
+        extras: tuple[_Entry, ...],
+        gang: _Entry | None,
+    ) -> None:
+        self.running = running
+        self.placed = placed
+        self.youngest = youngest  # what the victim order is asked about; None: no units
+        # Made as pools take them, once a job: pools are made up to once a queue a session.
+        self.extras = extras
+        self.gang = gang
 
 
 # Per job, its victim units as last worked out: each later pool redoes only the jobs that
@@ -131,11 +152,19 @@ def _buckets(session: Session, jobs: Iterable[JobInfo]) -> dict[tuple[object, ..
             plan = plans[name] = _plan(session, job)
         if plan.youngest is None:
             continue
-        head = head_of(plan.youngest)  # once a job: plugins judge jobs, not pods
+        head = head_of(job, plan.youngest)  # once a job: plugins judge jobs, not pods
         if plan.extras:
-            buckets.setdefault((False, *head), []).extend(plan.extras)
+            found = buckets.get((False, *head))
+            if found is None:
+                buckets[(False, *head)] = list(plan.extras)
+            else:
+                found.extend(plan.extras)
         if plan.gang is not None:
-            buckets.setdefault((True, *head), []).append(plan.gang)
+            found = buckets.get((True, *head))
+            if found is None:
+                buckets[(True, *head)] = [plan.gang]
+            else:
+                found.append(plan.gang)
     return buckets
 
 
@@ -157,13 +186,13 @@ class VictimPool:
         buckets = _buckets(session, jobs)
         self.units: list[Unit] = []
         self.by_node: dict[int, list[Unit]] = {}
-        self.by_queue: dict[int, list[Unit]] = {}
+        self._by_queue: dict[int, list[Unit]] | None = None  # made when first asked
         # Per node: its clock, and what the pods of the pool's units hold there (``held``).
         self._held: dict[int, tuple[int, list[_Held]]] = {}
         # Per request and victims' queues: the nodes ``_may_fit`` turned down, with their
         # clocks then (``hopeless``).
         self._hopeless: dict[tuple[object, ...], dict[int, int]] = {}
-        units, by_node, by_queue = self.units, self.by_node, self.by_queue
+        units, by_node = self.units, self.by_node
         for order in sorted(buckets):
             bucket = buckets[order]
             bucket.sort()  # by (-started, pod): unique, so nothing further is compared
@@ -176,11 +205,21 @@ class VictimPool:
                         by_node[node] = [unit]
                     else:
                         found.append(unit)
-                found = by_queue.get(job.queue)
+
+    @property
+    def by_queue(self) -> dict[int, list[Unit]]:
+        """The units by their job's queue, each list in victim order: made once asked, as
+        only reclaim asks (preempt's pools, one a queue, are of one queue each)."""
+        if self._by_queue is None:
+            by_queue: dict[int, list[Unit]] = {}
+            for unit in self.units:
+                found = by_queue.get(unit.job.queue)
                 if found is None:
-                    by_queue[job.queue] = [unit]
+                    by_queue[unit.job.queue] = [unit]
                 else:
                     found.append(unit)
+            self._by_queue = by_queue
+        return self._by_queue
 
     def held(self, session: Session, node: int) -> list[_Held]:
         """What the pods of this pool's units hold on ``node`` now, worked out again only

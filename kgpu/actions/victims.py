@@ -34,7 +34,8 @@ MAX_SCANNED = 24  # nodes whose units are judged per pod
 @dataclass(slots=True)
 class _Choice:
     node: int
-    victims: list[list[Task]]
+    units: list[Unit]
+    victims: list[list[Task]]  # the pods of each unit
     cost: tuple[int, int, int]
 
 
@@ -120,12 +121,12 @@ def make_room(
                 best = choice
     if best is None:
         return False
-    for tasks in best.victims:
+    for unit, tasks in zip(best.units, best.victims, strict=True):
         for victim in tasks:
-            statement.evict(victim, kind, message)
+            statement.evict(victim, kind, message, unit.job)
     gpus = placer.fits(pod, best.node)
     assert gpus is not None, "a node freed in trial must fit when freed again"
-    statement.allocate(task, best.node, gpus, card, pipeline=True)
+    statement.allocate(task, best.node, gpus, card, True, job)
     return True
 
 
@@ -209,6 +210,7 @@ def _try_node(
     this node can then no longer beat it)."""
     trial = session.statement()
     victims: list[list[Task]] = []
+    chosen: list[Unit] = []
     ranks: list[int] = []
     fits = False
     count = 0
@@ -220,8 +222,10 @@ def _try_node(
         if not tasks or (trial.ops and not session.callbacks.victim_ok(job, tasks, reclaim)):
             continue
         for victim in tasks:
-            trial.evict(victim, EvictionKind.PREEMPTED, "")  # undone: the kind is never read
+            # Undone: the kind is never read.
+            trial.evict(victim, EvictionKind.PREEMPTED, "", unit.job)
         victims.append(tasks)
+        chosen.append(unit)
         ranks.append(unit.rank)
         count += len(tasks)
         if placer.fits(pod, node) is not None and session.check_allocatable(job, task, vec) is None:
@@ -230,4 +234,4 @@ def _try_node(
     trial.discard()
     if not fits:
         return None
-    return _Choice(node, victims, (count, max(ranks), sum(ranks)))
+    return _Choice(node, chosen, victims, (count, max(ranks), sum(ranks)))

@@ -45,6 +45,8 @@ class Verdicts:
     def from_reasons(why: list[Reason | None]) -> Verdicts:
         """The verdicts of nodes judged one by one: each its first reason, or None."""
         verdicts = Verdicts(np.array([r is None for r in why], dtype=np.bool_))
+        if why.count(None) == len(why):  # most calls: the one or two nodes re-checked pass
+            return verdicts
         for reason in dict.fromkeys(r for r in why if r is not None):
             verdicts.rejected.append((reason, np.array([r is reason for r in why], dtype=np.bool_)))
         return verdicts

@@ -119,18 +119,29 @@ class Session:
     def _build_jobs(self, snapshot: Snapshot) -> None:
         # Opening over tens of thousands of pods must cost a few dictionary operations a
         # pod: pods are grouped by job in one pass that does nothing else, then each job
-        # sorts its own, and every queue's sums are charged up the tree once.
+        # sorts its own, and every queue's sums are charged up the tree once. Those
+        # operations are most of the opening's time (each a likely cache miss in a
+        # dictionary of every pod), so a pod's job is found by the job's name
+        # (``job_for``), not kept pod by pod, and a job's pods that come one after another,
+        # as snapshots list them, find their group without a lookup.
         groups: dict[str, list[Task]] = {}
+        last_name = ""
+        last: list[Task] = []
         for task in snapshot.tasks:
             name: str = task.job or task.pod.key
+            if name == last_name:
+                last.append(task)
+                continue
             group = groups.get(name)
             if group is None:
-                groups[name] = [task]
+                group = groups[name] = [task]
             else:
                 group.append(task)
+            last_name, last = name, group
         specs = {spec.key: spec for spec in snapshot.jobs}
-        self.job_of: dict[str, JobInfo] = {}
-        job_of = self.job_of
+        self.job_named: dict[str, JobInfo] = {}  # by the name its tasks give (``job_for``)
+        self._job_of: dict[str, JobInfo] | None = None  # made when first asked
+        job_named = self.job_named
         allocations = self.state.allocations
         mig = self.charges.held
         held = [[0, 0, 0] for _ in range(len(self.tree))]
@@ -140,12 +151,12 @@ class Session:
             spec = specs.get(first.job) if first.job else singleton_job(first)
             job = self._new_job(spec or JobSpec(JobKey(name)), found=spec is not None)
             jobs.append(job)
+            job_named[name] = job
             running, pending = job.running, job.pending
             cpu = memory = gpu = 0
             carded = False  # a pod names a card: read below, once the job's pods are sorted
             for task in group:
                 pod = task.pod
-                job_of[pod.key] = job
                 if NAME_ANNOTATION in pod.annotations:
                     carded = True
                 alloc = allocations.get(pod.key)
@@ -242,6 +253,22 @@ class Session:
                 units = _card_units(card, task.pod.gpu, self.charges.held(alloc))
                 self.ledger.charge(job.queue, {card: units})
 
+    def job_for(self, task: Task) -> JobInfo:
+        """The job of ``task``, one of the session's."""
+        return self.job_named[task.job or task.pod.key]
+
+    @property
+    def job_of(self) -> dict[str, JobInfo]:
+        """Every pod's job, by the pod's key (``job_for`` finds one without this table)."""
+        if self._job_of is None:
+            self._job_of = {
+                task.pod.key: job
+                for job in self.jobs
+                for tasks in (job.running, job.pending, job.placed)
+                for task in tasks
+            }
+        return self._job_of
+
     def first_card(self, task: Task) -> str | None:
         if NAME_ANNOTATION not in task.pod.annotations:
             return None
@@ -309,8 +336,12 @@ class Session:
 
     def need(self, job: JobInfo) -> Vector:
         """What ``needed(job)`` asks for (each pod as its first card)."""
+        tasks = self.callbacks.needed(job)
+        if len(tasks) == 1:  # most jobs, asked of each by enqueue and reclaim: ``add``'s sum
+            vec = self.vector(tasks[0], self.first_card(tasks[0]))
+            return {r: amount for r, amount in vec.items() if amount}
         out: Vector = {}
-        for task in self.callbacks.needed(job):
+        for task in tasks:
             add(out, self.vector(task, self.first_card(task)))
         return out
 
@@ -343,11 +374,18 @@ class Session:
     # The changes a Statement makes, each with its accounting, and their undoing.
 
     def assign(
-        self, task: Task, node: int, gpus: tuple[int, ...], card: str | None
+        self,
+        task: Task,
+        node: int,
+        gpus: tuple[int, ...],
+        card: str | None,
+        job: JobInfo | None = None,
     ) -> tuple[JobInfo, Allocation, Vector, int]:
         """Place pending ``task`` on ``node`` as ``card``: its job, its allocation, what it
-        holds of its queue's account and where it sat in the job's pending list."""
-        job = self.job_of[task.pod.key]
+        holds of its queue's account and where it sat in the job's pending list. Callers
+        that hold the job give it: finding it from the pod is a lookup among every pod."""
+        if job is None:
+            job = self.job_for(task)
         index = job.pending.index(task)
         alloc = self.state.allocate(task.pod, node, gpus)
         vec = self.charge(task, alloc, card)
@@ -364,9 +402,13 @@ class Session:
         op.job.pending.insert(op.index, op.task)
         self.releases += 1
 
-    def unbind(self, task: Task) -> tuple[JobInfo, Allocation, Vector, int]:
-        """Take running ``task`` off its node, as ``assign`` returns it."""
-        job = self.job_of[task.pod.key]
+    def unbind(
+        self, task: Task, job: JobInfo | None = None
+    ) -> tuple[JobInfo, Allocation, Vector, int]:
+        """Take running ``task`` (of ``job``, if the caller holds it) off its node, as
+        ``assign`` returns it."""
+        if job is None:
+            job = self.job_for(task)
         index = job.running.index(task)
         alloc = self.state.release(task.pod.key)
         vec = self.charge(task, alloc, self.cards.get(task.pod.key))
@@ -420,12 +462,22 @@ class Session:
                 self.state.release(op.task.pod.key)
         self._provisional = []
         result = self.result
+        pending, events, statuses = result.pending, result.events, self.statuses
+        # Tens of thousands of pods wait and share a few thousand statuses (a job's pods
+        # share one, as do a shape's refusals): each status's message is joined once.
+        texts: dict[int, str] = {}
         for job in self.jobs:
+            if not job.pending:
+                continue
+            invalid = self.invalid(job) if job.problem else None
             for task in job.pending:
                 key = task.pod.key
-                status = self.invalid(job) if job.problem else self.statuses.get(key, NOT_TRIED)
-                result.pending.append(Pending(key, status, status.message))
-                result.events.append(failed_event(key, status.message))
+                status = invalid if invalid is not None else statuses.get(key, NOT_TRIED)
+                text = texts.get(id(status))  # ids stay apart: ``statuses`` holds each
+                if text is None:
+                    text = texts[id(status)] = status.message
+                pending.append(Pending(key, status, text))
+                events.append(failed_event(key, text))
         for q, spec in enumerate(self.tree.specs):
             result.allocated[spec.name] = dict(self.ledger.allocated[q])
             result.fair[spec.name] = dict(self.ledger.fair[q])

@@ -39,7 +39,7 @@ class SessionCallbacks:
         self.job_order: list[Callable[[JobInfo], Key]] = []
         self.task_order: list[Callable[[Task], Key]] = []
         self.queue_order: list[Callable[[int], Key]] = []
-        self.victim_order: list[Callable[[Task], Key]] = []
+        self.victim_order: list[Callable[[JobInfo, Task], Key]] = []
         self.job_ready: list[Callable[[JobInfo, int], bool]] = []
         self.job_valid: list[Callable[[JobInfo], Verdict]] = []
         self.enqueueable: list[Callable[[JobInfo, Vector], Verdict]] = []
@@ -62,12 +62,15 @@ class SessionCallbacks:
     def queue_key(self, queue: int) -> Key:
         return (*[f(queue) for f in self.queue_order], self.tree.name(queue))
 
-    def victim_key(self, task: Task) -> Key:
-        return (*self.victim_head(task), -task.started, task.pod.key)
+    def victim_key(self, job: JobInfo, task: Task) -> Key:
+        """Where running ``task`` of ``job`` comes as a victim."""
+        return (*self.victim_head(job, task), -task.started, task.pod.key)
 
-    def victim_head(self, task: Task) -> Key:
-        """The plugins' part of ``victim_key``: the same for the pods of one job."""
-        return tuple([f(task) for f in self.victim_order])  # a list: asked once a job
+    def victim_head(self, job: JobInfo, task: Task) -> Key:
+        """The plugins' part of ``victim_key``: the same for the pods of one job. The
+        job is given with the pod: the pools ask it of every running job, and finding the
+        job from the pod is a lookup in a dictionary of every pod."""
+        return tuple([f(job, task) for f in self.victim_order])  # a list: asked once a job
 
     # ------------------------------------------------------------------ jobs
 

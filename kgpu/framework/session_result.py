@@ -86,7 +86,8 @@ class SessionResult:
 
 
 def scheduled_event(pod: PodKey, node: str, gpus: Sequence[int]) -> Event:
-    where = f"{node}" + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
+    # One a bind: a list, which the compiled build makes natively, rather than ``map``.
+    where = f"{node} (GPUs {','.join([str(g) for g in gpus])})" if gpus else node
     return Event(pod, "Normal", "Scheduled", f"Successfully assigned {pod} to {where}")
 
 
@@ -132,6 +133,8 @@ def job_figures(
     jobs: Sequence[JobInfo], result: SessionResult, only: Container[str]
 ) -> list[JobFigures]:
     """The figures of the closed session's ``jobs`` whose key is in ``only``."""
+    if not only:  # most sessions (all but the live loop's): no walk of every job
+        return []
     wanted = [job for job in jobs if job.key in only]
     if not wanted:
         return []

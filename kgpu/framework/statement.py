@@ -20,7 +20,7 @@ from kgpu.model.resources import Vector
 from kgpu.state.cluster import Allocation
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Op:
     kind: str  # "allocate", "pipeline" or "evict"
     task: Task
@@ -28,8 +28,30 @@ class Op:
     alloc: Allocation
     vec: Vector
     index: int  # where the task sat in its job's list, to put it back there
-    message: str = ""
-    eviction: EvictionKind | None = None  # why, for an eviction
+    message: str
+    eviction: EvictionKind | None  # why, for an eviction
+
+    # Written out, not generated: a generated __init__ is Python even in the compiled
+    # build (mypyc compiles only what the source spells), and a session makes thousands.
+    def __init__(
+        self,
+        kind: str,
+        task: Task,
+        job: JobInfo,
+        alloc: Allocation,
+        vec: Vector,
+        index: int,
+        message: str = "",
+        eviction: EvictionKind | None = None,
+    ) -> None:
+        self.kind = kind
+        self.task = task
+        self.job = job
+        self.alloc = alloc
+        self.vec = vec
+        self.index = index
+        self.message = message
+        self.eviction = eviction
 
 
 class Changes(Protocol):
@@ -40,12 +62,19 @@ class Changes(Protocol):
     def room_mark(self) -> int: ...
 
     def assign(
-        self, task: Task, node: int, gpus: tuple[int, ...], card: str | None
+        self,
+        task: Task,
+        node: int,
+        gpus: tuple[int, ...],
+        card: str | None,
+        job: JobInfo | None = None,
     ) -> tuple[JobInfo, Allocation, Vector, int]: ...
 
     def unassign(self, op: Op) -> None: ...
 
-    def unbind(self, task: Task) -> tuple[JobInfo, Allocation, Vector, int]: ...
+    def unbind(
+        self, task: Task, job: JobInfo | None = None
+    ) -> tuple[JobInfo, Allocation, Vector, int]: ...
 
     def rebind(self, op: Op) -> None: ...
 
@@ -65,13 +94,23 @@ class Statement:
         self._mark = session.room_mark  # the state's mark before this statement's releases
 
     def allocate(
-        self, task: Task, node: int, gpus: tuple[int, ...], card: str | None, pipeline: bool = False
+        self,
+        task: Task,
+        node: int,
+        gpus: tuple[int, ...],
+        card: str | None,
+        pipeline: bool = False,
+        job: JobInfo | None = None,
     ) -> None:
-        job, alloc, vec, index = self.session.assign(task, node, gpus, card)
+        """Place ``task`` (of ``job``, found from the task if not given)."""
+        job, alloc, vec, index = self.session.assign(task, node, gpus, card, job)
         self.ops.append(Op("pipeline" if pipeline else "allocate", task, job, alloc, vec, index))
 
-    def evict(self, task: Task, kind: EvictionKind, message: str) -> None:
-        job, alloc, vec, index = self.session.unbind(task)
+    def evict(
+        self, task: Task, kind: EvictionKind, message: str, job: JobInfo | None = None
+    ) -> None:
+        """Take running ``task`` (of ``job``, found from the task if not given) off its node."""
+        job, alloc, vec, index = self.session.unbind(task, job)
         self.ops.append(Op("evict", task, job, alloc, vec, index, message, kind))
 
     def discard(self) -> None:

@@ -44,6 +44,7 @@ NAME_ANNOTATION: Final = "volcano.sh/card.name"
 SEPARATOR: Final = "|"
 
 _MIG_LABEL: Final = re.compile(r"nvidia\.com/mig-(?P<profile>.+)\.count")
+_MIG_PREFIX: Final = "nvidia.com/mig-"  # what every key ``_MIG_LABEL`` matches starts with
 _MPS_NAME: Final = re.compile(r".+/mps-[0-9]+g\*1/(?P<replicas>[0-9]+)")
 _MIG_NAME: Final = re.compile(r".+/mig-.+-mixed")
 _DIGITS: Final = re.compile(r"[0-9]+")
@@ -79,7 +80,7 @@ def mig_card_name(product: str, profile: str) -> str:
 
 def _label_number(labels: Mapping[str, str], key: str) -> int:
     value = labels.get(key, "")
-    return int(value) if _DIGITS.fullmatch(value) else 0
+    return int(value) if value and _DIGITS.fullmatch(value) else 0
 
 
 def node_cards(labels: Mapping[str, str], gpu_count: int) -> tuple[NodeCard, ...]:
@@ -94,7 +95,9 @@ def node_cards(labels: Mapping[str, str], gpu_count: int) -> tuple[NodeCard, ...
         cards.append(NodeCard(mps_card_name(product, memory, replicas), gpu_count * replicas))
     elif gpu_count > 0:
         cards.append(NodeCard(product, gpu_count))
-    for key in sorted(labels):
+    # Only MIG labels can match, and a node carries dozens of others (its hostname, zone,
+    # ...): a prefix test spares each of them the pattern, asked of every node a session.
+    for key in sorted([k for k in labels if k.startswith(_MIG_PREFIX)]):
         match = _MIG_LABEL.fullmatch(key)
         if match is not None and _label_number(labels, key) > 0:
             profile = match["profile"]

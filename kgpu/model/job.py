@@ -76,7 +76,7 @@ def singleton_job(task: Task) -> JobSpec:
     return JobSpec(key=JobKey(task.pod.key), queue=task.pod.queue, priority=task.pod.priority)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class JobInfo:
     """A job during one session: its tasks by state and what the session did with them.
 
@@ -87,11 +87,31 @@ class JobInfo:
 
     spec: JobSpec
     queue: int  # index in the session's QueueTree, -1 if the queue is unusable
-    running: list[Task] = field(default_factory=list)
-    pending: list[Task] = field(default_factory=list)
-    placed: list[Task] = field(default_factory=list)
-    admitted: bool = True
-    problem: str = ""  # why the job cannot be scheduled at all (bad queue, bad card name)
+    running: list[Task]
+    pending: list[Task]
+    placed: list[Task]
+    admitted: bool
+    problem: str  # why the job cannot be scheduled at all (bad queue, bad card name)
+
+    # Written out, not generated: a generated __init__ is Python even in the compiled
+    # build (mypyc compiles only what the source spells), and a session opens one a job.
+    def __init__(
+        self,
+        spec: JobSpec,
+        queue: int,
+        running: list[Task] | None = None,
+        pending: list[Task] | None = None,
+        placed: list[Task] | None = None,
+        admitted: bool = True,
+        problem: str = "",
+    ) -> None:
+        self.spec = spec
+        self.queue = queue
+        self.running = [] if running is None else running
+        self.pending = [] if pending is None else pending
+        self.placed = [] if placed is None else placed
+        self.admitted = admitted
+        self.problem = problem
 
     @property
     def key(self) -> JobKey:

@@ -18,18 +18,18 @@ class PriorityOrder:
     name = names.PRIORITY
 
     def on_open(self, session: Session) -> None:
-        job_of = session.job_of
+        job_for = session.job_for
         session.callbacks.job_order.append(lambda job: (-job.spec.priority,))
         session.callbacks.task_order.append(lambda task: (-task.pod.priority,))
         session.callbacks.victim_order.append(
-            lambda task: (job_of[task.pod.key].spec.priority, task.pod.priority)
+            lambda job, task: (job.spec.priority, task.pod.priority)
         )
 
         def lower(preemptor: JobInfo, unit: Sequence[Task]) -> bool:
             bar = preemptor.spec.priority
             if len(unit) == 1:  # most units: no generator for them, asked thousands of times
-                return job_of[unit[0].pod.key].spec.priority < bar
-            return all(job_of[t.pod.key].spec.priority < bar for t in unit)
+                return job_for(unit[0]).spec.priority < bar
+            return all(job_for(t).spec.priority < bar for t in unit)
 
         session.callbacks.preemptable.append(lower)
 

@@ -129,7 +129,7 @@ class Proportion:
             return found
 
         def reclaimable(reclaimer: JobInfo, unit: Sequence[Task]) -> bool:
-            theirs_q = session.job_of[unit[0].pod.key].queue
+            theirs_q = session.job_for(unit[0]).queue
             if theirs_q < 0 or reclaimer.queue < 0 or theirs_q == reclaimer.queue:
                 return False
             taken, involved = holding(unit)
@@ -146,7 +146,7 @@ class Proportion:
             return True
 
         session.callbacks.queue_order.append(lambda q: (ratio(q), -tree.specs[q].priority))
-        session.callbacks.victim_order.append(lambda t: (-ratio(session.job_of[t.pod.key].queue),))
+        session.callbacks.victim_order.append(lambda job, t: (-ratio(job.queue),))
         session.callbacks.can_reclaim.append(lambda job, need: within_fair((job.queue,), need))
 
         # Per reclaimer's queue: each other leaf's paths below their common ancestor, the
