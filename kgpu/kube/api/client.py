@@ -219,12 +219,15 @@ class KubeClient:
         namespace: str | None = None,
         resource_version: str | None = None,
         label_selector: str = "",
+        field_selector: str = "",
     ) -> ObjectList:
         """All objects of a type. ``resource_version`` "X" asks for a state at least as new
         as X (served from the API server's watch cache); None for a fresh quorum read."""
         query = [("resourceVersion", resource_version)] if resource_version else []
         if label_selector:
             query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         data = self.request("GET", resource.path(namespace), query=query)
         items = data.get("items") or []
         for item in items:
@@ -241,6 +244,7 @@ class KubeClient:
         *,
         namespace: str | None = None,
         timeout_seconds: int | None = None,
+        field_selector: str = "",
     ) -> Watch:
         """Changes after ``resource_version``, bookmarks included, until the server ends
         the watch (after ``timeout_seconds``) or something breaks (a :class:`KubeError`;
@@ -252,6 +256,8 @@ class KubeClient:
             ("resourceVersion", resource_version),
             ("timeoutSeconds", str(seconds)),
         ]
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         path = resource.path(namespace)
         what = f"WATCH {path}"
         bound = (self.timeouts.connect, seconds + self.timeouts.watch_grace)
