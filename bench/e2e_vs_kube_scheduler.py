@@ -266,19 +266,31 @@ def run_one(which: str, opts: argparse.Namespace) -> dict[str, float]:
             server.stop()
 
 
-# Where a profiled function's CPU goes, by the first of these its file path holds (the
-# innermost kgpu frame decides, so json.loads under the watch counts as the watch's).
-CATEGORIES = (
-    ("watch decoding", ("watch_stream", "informer")),
-    ("snapshot", ("snapshot/",)),
-    ("deciding", ("actions/", "framework/", "policies/", "state/", "plugins/", "model/")),
-    ("binds (HTTP)", ("binder", "handover")),
-    ("events (HTTP)", ("event_recorder",)),
+# Threads by what they do, by the start of their names.
+THREADS = (
+    ("informer-pods", "pod watch: decoding, cache, wake-ups"),
+    ("informer", "other watches"),
+    ("loop", "sessions"),
+    ("binder", "binds"),
+    ("events", "Scheduled events"),
+)
+# What a function's own time is, by its file.
+LAYERS = (
+    ("HTTP and TLS", ("urllib3", "http/client", "email/", "ssl", "socket", "selectors")),
+    ("JSON", ("json/", "'dumps'", "'loads'", "orjson")),
+    ("kgpu", ("/kgpu/",)),
+)
+# The session's steps, by the functions that do them (cumulative time in the loop thread).
+STEPS = (
+    ("snapshot", "cache_snapshot.py", "build"),
+    ("deciding", "session_runner.py", "run_session"),
+    ("hand-over", "carry_out.py", "carry_out"),
 )
 
 
 def profile_kgpu(opts: argparse.Namespace) -> None:
     """kgpu in this process, every thread profiled by its own CPU clock."""
+    from kgpu.kube.install.workstation import ensure_namespace
     from kgpu.kube.live.loop import LoopConfig
     from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
 
@@ -286,16 +298,16 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
     server = Server(opts)
     server.start()
     client = KubeClient.from_kubeconfig(server.kubeconfig, pool_size=32)
-    profiles: list[cProfile.Profile] = []
+    profiles: list[tuple[str, cProfile.Profile]] = []
 
     def per_thread(*_: Any) -> None:
         profile = cProfile.Profile(time.thread_time)
-        profiles.append(profile)
+        profiles.append((threading.current_thread().name, profile))
         profile.enable()  # replaces this hook on this thread
 
+    counter = BoundCounter(client)
     try:
         populate(client, opts, KGPU_NAME)
-        counter = BoundCounter(client)
         counter.start()
         options = RunOptions(
             kubeconfig=server.kubeconfig,
@@ -304,16 +316,20 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
             leader_elect=False,
             workspaces=None,
             loop=LoopConfig(scheduler_name=KGPU_NAME),
+            make_namespace=ensure_namespace,  # the record key's, as `kgpu run` makes it
         )
         threading.setprofile(per_thread)
         main = cProfile.Profile(time.thread_time)
-        profiles.append(main)
+        profiles.append(("main", main))
         cpu = time.process_time()
         started = time.perf_counter()
         main.enable()
         running = RunningScheduler(options).start()
         elapsed = wait_bound(counter, opts.pods, started)
-        time.sleep(3.0)  # the last events
+        recorder = running.recorder
+        while recorder.queued and time.perf_counter() - started < elapsed + 300:
+            time.sleep(0.2)  # the last Scheduled events
+        time.sleep(0.5)  # the last few in the workers' hands
         main.disable()
         threading.setprofile(None)  # type: ignore[arg-type]
         used = time.process_time() - cpu
@@ -323,54 +339,46 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
         print(f"  {bound} pods in {elapsed:.1f}s, {1000 * used / max(bound, 1):.2f} CPU ms a pod")
         report_profile(profiles, bound)
     finally:
+        counter.stop()
         client.close()
         if not opts.keep_server:
             server.stop()
 
 
-def report_profile(profiles: list[cProfile.Profile], bound: int) -> None:
-    stats = pstats.Stats(profiles[0])
-    for profile in profiles[1:]:
-        with_data = profile.getstats()
-        if with_data:
-            stats.add(profile)
-    # Self time of each function, charged to the category of its innermost kgpu caller.
-    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    owner: dict[Any, str] = {}
-
-    def category(func: Any, depth: int = 0) -> str:
-        if func in owner:
-            return owner[func]
-        path = func[0]
-        found = ""
-        if "/kgpu/" in path:
-            for name, marks in CATEGORIES:
-                if any(m in path for m in marks):
-                    found = name
-                    break
-            else:
-                found = "other kgpu"
-        elif depth < 12:
-            callers = raw[func][4] if func in raw else {}
-            best = max(callers.items(), key=lambda kv: kv[1][2], default=None)
-            if best is not None:
-                found = category(best[0], depth + 1)
-        owner[func] = found or "other"
-        return owner[func]
-
-    totals: dict[str, float] = {}
-    for func, (_cc, _nc, tt, _ct, _callers) in raw.items():
-        name = category(func)
-        totals[name] = totals.get(name, 0.0) + tt
-    whole = sum(totals.values())
-    print(f"  profiled CPU: {1000 * whole / max(bound, 1):.2f} ms a pod (with the profiler's)")
-    for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1]):
-        print(
-            f"    {name:<16} {1000 * seconds / max(bound, 1):6.3f} ms a pod, "
-            f"{100 * seconds / whole:4.1f}%"
+def report_profile(profiles: list[tuple[str, cProfile.Profile]], bound: int) -> None:
+    """CPU a pod by thread, each split by layer; the loop's by session step."""
+    groups: dict[str, pstats.Stats] = {}
+    for thread, profile in profiles:
+        if not profile.getstats():
+            continue
+        group = next((what for start, what in THREADS if thread.startswith(start)), "other")
+        if group in groups:
+            groups[group].add(profile)
+        else:
+            groups[group] = pstats.Stats(profile)
+    ms = 1000 / max(bound, 1)
+    whole = sum(g.total_tt for g in groups.values())  # type: ignore[attr-defined]
+    print(f"  profiled CPU: {whole * ms:.2f} ms a pod (the profiler's own cost included)")
+    for group, stats in sorted(groups.items(), key=lambda kv: -kv[1].total_tt):  # type: ignore[attr-defined]
+        raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+        layers: dict[str, float] = {}
+        for func, (_cc, _nc, tt, _ct, _callers) in raw.items():
+            where = f"{func[0]}:'{func[2]}'"
+            layer = next((n for n, marks in LAYERS if any(m in where for m in marks)), "other")
+            layers[layer] = layers.get(layer, 0.0) + tt
+        total = stats.total_tt  # type: ignore[attr-defined]
+        split = ", ".join(
+            f"{n} {t * ms:.3f}" for n, t in sorted(layers.items(), key=lambda kv: -kv[1])
         )
-    print("  the functions that used most CPU (self time):")
-    stats.sort_stats("tottime").print_stats(25)
+        print(f"    {group:<38} {total * ms:6.3f} ms a pod ({100 * total / whole:4.1f}%): {split}")
+        if group == "sessions":
+            for step, path, name in STEPS:
+                spent = sum(v[3] for f, v in raw.items() if f[0].endswith(path) and f[2] == name)
+                print(f"      {step:<36} {spent * ms:6.3f} ms a pod")
+    if os.environ.get("BENCH_PROFILE_TOP"):
+        for group, stats in groups.items():
+            print(f"\n  {group}: the functions that used most CPU (self time)")
+            stats.sort_stats("tottime").print_stats(int(os.environ["BENCH_PROFILE_TOP"]))
 
 
 def main() -> None:
