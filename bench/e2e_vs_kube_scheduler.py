@@ -89,7 +89,9 @@ class Server:
 
     def start(self) -> None:
         script = TOOLS / "kube-apiserver" / "start.sh"
-        subprocess.run(["bash", str(script)], env=self.env, check=True, capture_output=True)
+        done = subprocess.run(["bash", str(script)], env=self.env, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"{script} failed:\n{done.stdout}{done.stderr}")
 
     def stop(self) -> None:
         script = TOOLS / "kube-apiserver" / "stop.sh"
