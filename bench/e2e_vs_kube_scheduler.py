@@ -278,7 +278,7 @@ THREADS = (
 )
 # What a function's own time is, by its file.
 LAYERS = (
-    ("HTTP and TLS", ("urllib3", "http/client", "email/", "ssl", "socket", "selectors")),
+    ("HTTP and TLS", ("urllib3", "http/client", "email/", "ssl", "socket", "selectors", "pycurl")),
     ("JSON", ("json/", "'dumps'", "'loads'", "orjson")),
     ("kgpu", ("/kgpu/",)),
 )
@@ -339,6 +339,11 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
         counter.stop()
         bound = len(counter.bound)
         print(f"  {bound} pods in {elapsed:.1f}s, {1000 * used / max(bound, 1):.2f} CPU ms a pod")
+        loop = running.loop
+        print(
+            f"  {loop.sessions} sessions: {loop.snapshot_s:.1f}s building snapshots, "
+            f"{loop.decide_s:.1f}s deciding (wall, profiled)"
+        )
         report_profile(profiles, bound)
     finally:
         counter.stop()
