@@ -94,10 +94,10 @@ def pod(name: str, namespace: str, i: int) -> dict[str, Any]:
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process, from /proc/PID/stat."""
+def cpu_seconds(pid: int, stat: str = "") -> float:
+    """User plus system CPU time of a process, from /proc/PID/stat (or ``stat``)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(stat or f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / TICKS

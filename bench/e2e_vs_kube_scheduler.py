@@ -21,10 +21,12 @@ Scheduled events sent), kube-apiserver and etcd (from /proc); and at the end kgp
 throughput over kube-scheduler's and kube-scheduler's CPU a pod over kgpu's. The targets
 (issue 20): kgpu at least twice kube-scheduler's pods a second, at most 1.0 CPU ms a pod.
 
-``--profile`` runs kgpu in this process instead, every thread under ``cProfile`` timed by
-its own CPU clock, and prints where its CPU went a pod: decoding the watches, building
-snapshots, deciding, the HTTP of binds and events (the profiler's own cost inflates the
-total; the shares are what it is for).
+``--profile`` runs kgpu in this process instead and prints its CPU a pod by thread (read
+from /proc: the pod watch's decoding and cache, the sessions, the binders, the event
+senders); ``--cprofile`` adds every thread under ``cProfile`` timed by its own CPU clock,
+each thread's time split into HTTP, JSON and kgpu's own code, the sessions' into snapshot,
+deciding and hand-over (the profiler's own cost inflates the total; the shares are what it
+is for).
 """
 
 from __future__ import annotations
@@ -229,7 +231,10 @@ def run_one(which: str, opts: argparse.Namespace) -> dict[str, float]:
         before = {k: cpu_seconds(p) for k, p in pids.items()}
         log = open(Path(opts.kapi_dir) / f"{which}.log", "wb")  # noqa: SIM115
         started = time.perf_counter()
-        proc = subprocess.Popen(command(which, server.kubeconfig), stdout=log, stderr=log)
+        env = dict(os.environ)
+        if which == "kgpu" and opts.kgpu_path:
+            env["PYTHONPATH"] = os.pathsep.join([opts.kgpu_path, env.get("PYTHONPATH", "")])
+        proc = subprocess.Popen(command(which, server.kubeconfig), stdout=log, stderr=log, env=env)
         try:
             elapsed = wait_bound(counter, opts.pods, started)
             at_bind = cpu_seconds(proc.pid)
@@ -301,11 +306,16 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
     server.start()
     client = KubeClient.from_kubeconfig(server.kubeconfig, pool_size=32)
     profiles: list[tuple[str, cProfile.Profile]] = []
+    threads: list[tuple[str, int]] = []  # every thread kgpu starts, by name and Linux id
 
     def per_thread(*_: Any) -> None:
-        profile = cProfile.Profile(time.thread_time)
-        profiles.append((threading.current_thread().name, profile))
-        profile.enable()  # replaces this hook on this thread
+        threads.append((threading.current_thread().name, threading.get_native_id()))
+        if opts.cprofile:
+            profile = cProfile.Profile(time.thread_time)
+            profiles.append((threading.current_thread().name, profile))
+            profile.enable()  # replaces this hook on this thread
+        else:
+            sys.setprofile(None)
 
     counter = BoundCounter(client)
     try:
@@ -324,8 +334,10 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
         main = cProfile.Profile(time.thread_time)
         profiles.append(("main", main))
         cpu = time.process_time()
+        own = time.thread_time()
         started = time.perf_counter()
-        main.enable()
+        if opts.cprofile:
+            main.enable()
         running = RunningScheduler(options).start()
         elapsed = wait_bound(counter, opts.pods, started)
         recorder = running.recorder
@@ -335,6 +347,8 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
         main.disable()
         threading.setprofile(None)  # type: ignore[arg-type]
         used = time.process_time() - cpu
+        by_thread = [(name, thread_cpu(tid)) for name, tid in threads]
+        by_thread.append(("main", time.thread_time() - own))
         running.stop()
         counter.stop()
         bound = len(counter.bound)
@@ -342,14 +356,27 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
         loop = running.loop
         print(
             f"  {loop.sessions} sessions: {loop.snapshot_s:.1f}s building snapshots, "
-            f"{loop.decide_s:.1f}s deciding (wall, profiled)"
+            f"{loop.decide_s:.1f}s deciding (wall)"
         )
-        report_profile(profiles, bound)
+        print("  CPU ms a pod by thread (from /proc):")
+        grouped: dict[str, float] = {}
+        for name, seconds in by_thread:
+            group = next((what for start, what in THREADS if name.startswith(start)), "other")
+            grouped[group] = grouped.get(group, 0.0) + seconds
+        for group, seconds in sorted(grouped.items(), key=lambda kv: -kv[1]):
+            print(f"    {group:<38} {1000 * seconds / max(bound, 1):6.3f}")
+        if opts.cprofile:
+            report_profile(profiles, bound)
     finally:
         counter.stop()
         client.close()
         if not opts.keep_server:
             server.stop()
+
+
+def thread_cpu(tid: int) -> float:
+    """User plus system CPU seconds of one thread of this process, from /proc."""
+    return cpu_seconds(tid, f"/proc/self/task/{tid}/stat")
 
 
 def report_profile(profiles: list[tuple[str, cProfile.Profile]], bound: int) -> None:
@@ -397,7 +424,18 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=6543)
     parser.add_argument("--etcd-port", type=int, default=2479)
     parser.add_argument("--apiserver", default=str(APISERVER))
-    parser.add_argument("--profile", action="store_true", help="profile kgpu in this process")
+    parser.add_argument(
+        "--profile", action="store_true", help="kgpu in this process: its CPU by thread"
+    )
+    parser.add_argument(
+        "--cprofile", action="store_true", help="with --profile: each thread under cProfile"
+    )
+    parser.add_argument(
+        "--kgpu-path",
+        default="",
+        help="put this first on the kgpu process's PYTHONPATH: time another tree's kgpu "
+        "(`git archive COMMIT kgpu | tar -x -C DIR`)",
+    )
     parser.add_argument("--keep-server", action="store_true", help="leave the last server up")
     opts = parser.parse_args()
     print(f"kgpu scheduling core: {core_build()}")
