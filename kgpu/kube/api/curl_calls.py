@@ -5,8 +5,11 @@ pod, and through urllib3 and ``http.client`` each cost about 0.4-0.5 ms of this 
 CPU in pure Python (building the request, parsing the answer's headers with the ``email``
 package), most of a bound pod's cost. libcurl does the same in C, with the GIL released
 while it waits: about a third of the CPU a call (``bench/e2e_vs_kube_scheduler.py``,
-docs/BENCHMARKS.md). Over TLS it speaks HTTP/2 where the server offers it (ALPN), as the
-API server does.
+docs/BENCHMARKS.md).
+
+HTTP/1.1 with keep-alive, not HTTP/2: each thread has a connection of its own, so HTTP/2's
+multiplexing would buy nothing, and its framing costs both ends CPU (kgpu and the API
+server each used less a pod over HTTP/1.1 in ``bench/e2e_vs_kube_scheduler.py``).
 
 Each thread keeps one curl handle, and with it its open connection to the API server, for
 all its calls (keep-alive, as urllib3's pool gave). The connection settings are the ones
@@ -87,6 +90,7 @@ class CurlCalls:
             handle.setopt(pycurl.CUSTOMREQUEST, method)
             if payload is not None:
                 handle.setopt(pycurl.POSTFIELDS, payload)
+        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
         handle.setopt(pycurl.NOSIGNAL, 1)  # threads: no SIGALRM for timeouts
         handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(timeout[0] * 1000))
         handle.setopt(pycurl.TIMEOUT_MS, int((timeout[0] + timeout[1]) * 1000))
