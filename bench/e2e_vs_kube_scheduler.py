@@ -345,7 +345,7 @@ def profile_kgpu(opts: argparse.Namespace) -> None:
             time.sleep(0.2)  # the last Scheduled events
         time.sleep(0.5)  # the last few in the workers' hands
         main.disable()
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
         used = time.process_time() - cpu
         by_thread = [(name, thread_cpu(tid)) for name, tid in threads]
         by_thread.append(("main", time.thread_time() - own))
