@@ -8,7 +8,10 @@ objects, leases and our custom resources alike, plain dicts in and out (which
 :mod:`kgpu.kube.objects.node_pod` reads, as it reads manifest files), no model (de)serialisation of
 10,000 pods per list, no trouble with the ``Status`` that the API server answers a pod
 binding with, and a third less CPU a call than through the generated layer (a pod costs a
-read, its Binding and an event).
+read, its Binding and an event). Watches and lists go through that pool; every other call
+through libcurl with the same settings (:mod:`kgpu.kube.api.curl_calls`), which costs a
+third of the pool's CPU a call; JSON both ways through orjson
+(:mod:`kgpu.kube.api.json_codec`).
 
 Every call has a time bound: ``Timeouts.request`` for an ordinary call, the watch's own
 ``timeoutSeconds`` plus ``Timeouts.watch_grace`` for a watch (whose stream of events
