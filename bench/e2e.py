@@ -65,6 +65,14 @@ def node(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return obj, status
 
 
+def add_node(client: KubeClient, name: str) -> None:
+    """Create ``node(name)``, Ready and without the not-ready taint."""
+    obj, status = node(name)
+    client.create(NODES, obj)
+    client.patch(NODES, name, {"status": status}, subresource="status")
+    client.patch(NODES, name, {"spec": {"taints": None}})  # no node controller lifts it
+
+
 # Per 8 pods: shares of 0.25, 0.25, 0.25, 0.5, 0.5, 0.5 and one and two whole GPUs:
 # 5.25 GPUs, so 10,000 pods ask for 6,562 of 1,000 nodes' 8,000 GPUs (82%).
 MIX = ("0.25", "0.5", "0.25", "0.5", 1, "0.5", 2, "0.25")
@@ -86,19 +94,20 @@ def pod(name: str, namespace: str, i: int) -> dict[str, Any]:
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process, from /proc/PID/stat."""
+def cpu_seconds(pid: int, stat: str = "") -> float:
+    """User plus system CPU time of a process, from /proc/PID/stat (or ``stat``)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(stat or f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def server_pids() -> dict[str, int]:
+def server_pids(kapi_dir: Path = KAPI_DIR) -> dict[str, int]:
+    """The pids of kube-apiserver and etcd that start.sh recorded under ``kapi_dir``."""
     pids = {}
     for name in ("kube-apiserver", "etcd"):
-        path = KAPI_DIR / "run" / f"{name}.pid"
+        path = kapi_dir / "run" / f"{name}.pid"
         if path.exists():
             pids[name] = int(path.read_text().strip())
     return pids
@@ -197,13 +206,7 @@ def measure(
 ) -> None:
     started = time.perf_counter()
 
-    def add_node(name: str) -> None:
-        obj, status = node(name)
-        client.create(NODES, obj)
-        client.patch(NODES, name, {"status": status}, subresource="status")
-        client.patch(NODES, name, {"spec": {"taints": None}})  # no node controller lifts it
-
-    in_parallel(add_node, names)
+    in_parallel(lambda name: add_node(client, name), names)
     print(f"{opts.nodes} nodes created in {time.perf_counter() - started:.1f}s", flush=True)
     started = time.perf_counter()
     in_parallel(

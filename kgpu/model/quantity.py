@@ -80,9 +80,28 @@ def parse_quantity(value: Quantity) -> Fraction:
             raise QuantityError(value, EXPECTED)
         text = repr(value)  # the shortest decimal that reads back as this float
     elif isinstance(value, str):
+        known = _PARSED.get(value)
+        if known is not None:
+            return known
         text = value
     else:
         raise QuantityError(value, EXPECTED)
+    number = _parse_text(value, text)
+    if isinstance(value, str) and len(_PARSED) < _PARSED_MAX:
+        _PARSED[value] = number
+    return number
+
+
+# Texts already read, and what they read as (a Fraction is immutable): a cluster's pods
+# and nodes write the same few quantities ("1", "2Gi", "8") thousands of times, and reading
+# one (a regular expression, Fractions) was the largest part of reading a new pod in the
+# live scheduler's snapshot. Bounded, so odd texts cannot grow it without end; errors are
+# never kept (each raises again).
+_PARSED: dict[str, Fraction] = {}
+_PARSED_MAX: Final = 4096
+
+
+def _parse_text(value: Quantity, text: str) -> Fraction:
     if len(text) > _MAX_TEXT:
         raise QuantityError(value, f"a quantity of at most {_MAX_TEXT} characters")
     match = _QUANTITY.fullmatch(text)

@@ -8,7 +8,10 @@ objects, leases and our custom resources alike, plain dicts in and out (which
 :mod:`kgpu.kube.objects.node_pod` reads, as it reads manifest files), no model (de)serialisation of
 10,000 pods per list, no trouble with the ``Status`` that the API server answers a pod
 binding with, and a third less CPU a call than through the generated layer (a pod costs a
-read, its Binding and an event).
+read, its Binding and an event). Watches and lists go through that pool; every other call
+through libcurl with the same settings (:mod:`kgpu.kube.api.curl_calls`), which costs a
+third of the pool's CPU a call; JSON both ways through orjson
+(:mod:`kgpu.kube.api.json_codec`).
 
 Every call has a time bound: ``Timeouts.request`` for an ordinary call, the watch's own
 ``timeoutSeconds`` plus ``Timeouts.watch_grace`` for a watch (whose stream of events
@@ -19,7 +22,6 @@ caller, who knows whether a retry is safe, decides.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +34,8 @@ from kubernetes import config as kube_config
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
+from kgpu.kube.api import json_codec
+from kgpu.kube.api.curl_calls import CurlCalls, usable_for
 from kgpu.kube.api.errors import (
     CALL_ERRORS,
     BadConfig,
@@ -62,7 +66,9 @@ class Timeouts:
     """Bounds on every call, in seconds."""
 
     connect: float = 5.0
-    request: float = 15.0  # the longest wait for any byte of an ordinary answer
+    # The longest wait for any byte of a list; for any other call, with ``connect``, the
+    # longest the whole call may take (kgpu.kube.api.curl_calls).
+    request: float = 15.0
     watch: int = 300  # timeoutSeconds asked of the server for one watch
     watch_grace: float = 30.0  # silence past ``watch`` after which the client gives up
 
@@ -116,6 +122,9 @@ class KubeClient:
         self._user_agent = user_agent
         self._auth: tuple[float, dict[str, str]] = (-_CREDENTIALS_TTL_S, {})
         self._binding_preconditions: bool | None = None  # see binding_checks_preconditions
+        # Every call but watches through libcurl, where it carries the settings over: a
+        # third of the CPU a call (kgpu.kube.api.curl_calls).
+        self._curl = CurlCalls(configuration, user_agent) if usable_for(configuration) else None
 
     @classmethod
     def from_kubeconfig(
@@ -129,6 +138,8 @@ class KubeClient:
         return self._host
 
     def close(self) -> None:
+        if self._curl is not None:
+            self._curl.close()
         self._api.close()  # type: ignore[no-untyped-call]
 
     # ------------------------------------------------------------------ raw calls
@@ -148,15 +159,8 @@ class KubeClient:
         # the generated layer around it (model sanitising, header and query processing, and
         # a ``Configuration.host`` that reads the proxy environment on every call) was a
         # third of a call's CPU, and a pod costs three calls.
-        url = self._host + path
-        if query:
-            url += "?" + urlencode(query)
-        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
-        headers.update(self._credentials())
-        payload = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            payload = json.dumps(body).encode()
+        url, headers, payload = self._prepare(path, query, body, content_type)
+        headers["User-Agent"] = self._user_agent
         return self._pool.urlopen(
             method,
             url,
@@ -167,6 +171,25 @@ class KubeClient:
             redirect=False,
             preload_content=not stream,
         )
+
+    def _prepare(
+        self,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        body: Body | None,
+        content_type: str,
+    ) -> tuple[str, dict[str, str], bytes | None]:
+        """The URL, the headers (but the user agent) and the serialised body of a call."""
+        url = self._host + path
+        if query:
+            url += "?" + urlencode(query)
+        headers = {"Accept": "application/json"}
+        headers.update(self._credentials())
+        payload = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            payload = json_codec.dumps(body)
+        return url, headers, payload
 
     def _credentials(self) -> dict[str, str]:
         """The bearer token header, read again at most once a second: reading it runs the
@@ -193,19 +216,25 @@ class KubeClient:
         body: Body | None = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        long_answer: bool = False,
     ) -> dict[str, Any]:
-        """One call; the decoded JSON answer, or a :class:`KubeError`."""
+        """One call; the decoded JSON answer, or a :class:`KubeError`. A ``long_answer``
+        (a list) goes through urllib3, whose time bound is on each byte, not the whole."""
         what = f"{method} {path}"
         bound = (self.timeouts.connect, timeout or self.timeouts.request)
         try:
-            response = self._send(method, path, query, body, content_type, bound)
-            raw = response.data
+            if self._curl is not None and not long_answer:
+                url, headers, payload = self._prepare(path, query, body, content_type)
+                status, raw = self._curl.call(method, url, headers, payload, bound)
+            else:
+                response = self._send(method, path, query, body, content_type, bound)
+                status, raw = response.status, response.data
         except CALL_ERRORS as exc:
             raise from_exception(exc, what) from exc
-        if not 200 <= response.status < 300:
-            raise from_status(response.status, raw, what)
+        if not 200 <= status < 300:
+            raise from_status(status, raw, what)
         try:
-            data = json.loads(raw) if raw else {}
+            data = json_codec.loads(raw) if raw else {}
         except ValueError as exc:
             raise Unavailable(f"{what}: the answer is not JSON: {raw[:200]!r}") from exc
         return data if isinstance(data, dict) else {"value": data}
@@ -219,13 +248,16 @@ class KubeClient:
         namespace: str | None = None,
         resource_version: str | None = None,
         label_selector: str = "",
+        field_selector: str = "",
     ) -> ObjectList:
         """All objects of a type. ``resource_version`` "X" asks for a state at least as new
         as X (served from the API server's watch cache); None for a fresh quorum read."""
         query = [("resourceVersion", resource_version)] if resource_version else []
         if label_selector:
             query.append(("labelSelector", label_selector))
-        data = self.request("GET", resource.path(namespace), query=query)
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        data = self.request("GET", resource.path(namespace), query=query, long_answer=True)
         items = data.get("items") or []
         for item in items:
             # The API server leaves kind and apiVersion out of a list's items.
@@ -241,6 +273,7 @@ class KubeClient:
         *,
         namespace: str | None = None,
         timeout_seconds: int | None = None,
+        field_selector: str = "",
     ) -> Watch:
         """Changes after ``resource_version``, bookmarks included, until the server ends
         the watch (after ``timeout_seconds``) or something breaks (a :class:`KubeError`;
@@ -252,6 +285,8 @@ class KubeClient:
             ("resourceVersion", resource_version),
             ("timeoutSeconds", str(seconds)),
         ]
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         path = resource.path(namespace)
         what = f"WATCH {path}"
         bound = (self.timeouts.connect, seconds + self.timeouts.watch_grace)

@@ -26,12 +26,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pycurl
 import urllib3.exceptions
 from kubernetes.client.exceptions import OpenApiException
 
 # What the client library may raise on a call: connection and protocol errors, socket errors,
-# undecodable bodies, and the client's own exceptions (TLS failures arrive as those).
-CALL_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, OpenApiException)
+# undecodable bodies, and the client's own exceptions (TLS failures arrive as those); and
+# libcurl's, for the calls kgpu.kube.api.curl_calls makes.
+CALL_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, OpenApiException, pycurl.error)
 
 
 class KubeError(Exception):
@@ -123,6 +125,13 @@ def from_exception(exc: BaseException, what: str) -> KubeError:
     """Our error for an exception a client library raised while calling ``what``."""
     if isinstance(exc, KubeError):
         return exc
+    if isinstance(exc, pycurl.error):
+        code = exc.args[0] if exc.args else 0
+        text = exc.args[1] if len(exc.args) > 1 else str(exc)
+        if code == pycurl.E_OPERATION_TIMEDOUT:
+            return Timeout(f"{what}: timed out ({text})")
+        # Connection refused or reset, a TLS failure, an answer cut short.
+        return Unavailable(f"{what}: curl error {code}: {text}")
     if _timed_out(exc):
         return Timeout(f"{what}: timed out ({exc})")
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError | ValueError):

@@ -109,6 +109,8 @@ VALIDATING_WEBHOOKS: Final = Resource(
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """``metadata`` of an object as the API returns it (an empty mapping if missing)."""
     value = obj.get("metadata")
+    if type(value) is dict:  # as decoded from JSON: skip the slower ABC check
+        return value
     return value if isinstance(value, Mapping) else {}
 
 

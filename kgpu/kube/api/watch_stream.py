@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kgpu.kube.api import json_codec
 from kgpu.kube.api.errors import CALL_ERRORS, KubeError, Unavailable, from_exception, from_status
 from kgpu.kube.api.resource_types import Resource
 
@@ -38,7 +39,7 @@ class Watch:
         what = self._what
         try:
             for line in _lines(self._raw):
-                event = json.loads(line)
+                event = json_codec.loads(line)
                 kind, obj = event.get("type"), event.get("object")
                 if not isinstance(obj, dict) or not isinstance(kind, str):
                     raise Unavailable(f"{what}: an event without type or object: {line[:200]!r}")
