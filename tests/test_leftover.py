@@ -25,7 +25,7 @@ FILLED = 1.0 - math.exp(-CHANCES * 0.05)
 
 def _leftover(typical: list[TypicalPod], free: int, cpu: int = 32_000) -> float:
     model = LeftoverModel(typical, cpu_max=32_000)
-    return float(model.leftover(np.array([[free]]), np.array([cpu]))[0, 0])
+    return float(model.leftover(np.array([free]), np.array([cpu]))[0])
 
 
 def test_a_hole_no_typical_share_fits_stays_idle() -> None:
@@ -91,6 +91,6 @@ def test_a_node_claiming_millions_of_cores_costs_no_bigger_table() -> None:
     typical = [WHOLE, TypicalPod(0.05, 4000, 10, 1), SHARE_320]
     model = LeftoverModel(typical, cpu_max=10**12)
     assert model.table.shape == (101, 100 * 40 + 1)
-    free, cpu = np.array([[350, 1000]]), np.array([10**12])
+    free, cpu = np.array([350, 1000]), np.array([10**12])
     assert model.leftover(free, cpu).tolist() == model.leftover(free, np.array([400_000])).tolist()
-    assert model.leftover(free, cpu)[0, 0] < 350
+    assert model.leftover(free, cpu)[0] < 350

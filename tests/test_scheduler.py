@@ -69,6 +69,45 @@ def test_selector_and_taints_filter_nodes() -> None:
     assert state.nodes[placed.node].name == "tainted"
 
 
+def test_a_new_shape_that_goes_where_an_earlier_one_could_keeps_its_static_reasons() -> None:
+    state = ClusterState(
+        [
+            make_node("tainted").gpus(8).taint("dedicated", "ml").build(),
+            make_node("cordoned").gpus(8).cordoned().build(),
+            make_node("small").gpus(1).cpu(1000).build(),
+        ]
+    )
+    sched = _scheduler()
+    first = sched.schedule(state, make_pod("a").gpus(2).cpu(500).build())
+    # Another shape, the same selector and tolerations: the static verdicts come from the
+    # first, the changing filters still judge the small node for this pod's own request.
+    second = sched.schedule(state, make_pod("b").gpus(1).cpu(2000).build())
+    assert isinstance(first, Unschedulable) and isinstance(second, Unschedulable)
+    assert first.message == (
+        "0/3 nodes are available: 1 insufficient GPU, 1 node(s) had untolerated taint, "
+        "1 node(s) were unschedulable."
+    )
+    assert second.message == first.message.replace("insufficient GPU", "insufficient cpu")
+    assert len(sched.cache.statics) == 1
+
+
+def test_the_shape_cache_keeps_within_its_bytes() -> None:
+    state = ClusterState([make_node(f"n{i}").gpus(8).build() for i in range(100)])
+    sched = _scheduler()
+    sched.cache.max_bytes = 10_000  # an entry at 100 nodes holds about 1,800 bytes
+    for cpu in range(1, 30):
+        assert isinstance(sched.schedule(state, make_pod(f"p{cpu}").cpu(cpu).build()), Placement)
+    held = [
+        e.feasible.nbytes + e.reason_idx.nbytes + e.static_ok.nbytes
+        for e in sched.cache.entries.values()
+    ]
+    assert 1 < len(held) < 29
+    assert (
+        sum(held) + sum(a.nbytes for e in sched.cache.entries.values() for a in e.scores.values())
+        <= 10_000
+    )
+
+
 def test_ties_go_to_the_lowest_rank() -> None:
     state = ClusterState([make_node(f"n{i}").gpus(8).build() for i in range(4)])
     sched = _scheduler("gpuclustering")

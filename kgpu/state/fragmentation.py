@@ -136,6 +136,9 @@ _NEVER = np.iinfo(np.int32).max  # the CPU threshold of a typical pod a node can
 # per node; otherwise they are computed directly.
 _TABLE_MIN_NODES = 256
 _TABLE_REFRESH_RATIO = 8
+# Tables kept, one per GPU count asked (workloads ask for a handful: 0, 1, 2, 4, 8); a pod
+# of yet another count is computed directly rather than let requests grow the memory.
+_MAX_TABLES = 16
 
 
 class FragmentModel:
@@ -189,24 +192,10 @@ class FragmentModel:
         self._cpu_fits_j = rank[None, :] < np.arange(kinds + 1)[:, None]  # (T+1, T)
         self._whole: dict[int, tuple[FloatArray, IntArray]] = {}
 
-    def _gpu_parts(self, free: IntArray) -> tuple[BoolArray, IntArray, IntArray]:
-        """Per node and typical pod: GPUs big enough (K,G,T), their milli and count (K,T)."""
+    def _gpu_parts(self, free: IntArray) -> tuple[IntArray, IntArray]:
+        """Per node and typical pod (K,T): the milli on GPUs big enough, and their count."""
         big = free[:, :, None] >= self.milli[None, None, :]
-        usable = (free[:, :, None] * big).sum(axis=1)
-        enough = big.sum(axis=1)
-        return big, usable, enough
-
-    def _allowed(self, cpu: IntArray, model: IntArray) -> BoolArray:
-        """Per node and typical pod (K,T): whether the GPU model and the CPU allow the pod."""
-        return np.asarray(
-            self.model_ok[model + 1] & (cpu[:, None] >= self.cpu[None, :]), dtype=np.bool_
-        )
-
-    def _fragments(
-        self, idle: IntArray, usable: IntArray, enough: IntArray, allowed: BoolArray
-    ) -> IntArray:
-        fits = allowed & (enough >= self.count[None, :])
-        return np.asarray(idle[:, None] - np.where(fits, usable, 0), dtype=np.int64)
+        return (free[:, :, None] * big).sum(axis=1), big.sum(axis=1)
 
     def _cpu_allows(self, cpu_free: IntArray, nodes: IntArray) -> BoolArray:
         """(K,T): the GPU model and ``cpu_free`` (K,) milli-CPU allow each typical pod."""
@@ -223,7 +212,7 @@ class FragmentModel:
             return
         changed = nodes[stale]
         free = state.gpu_free[changed]
-        _, usable, enough = self._gpu_parts(free)
+        usable, enough = self._gpu_parts(free)
         fits = self._cpu_allows(state.cpu_free[changed], changed) & (enough >= self.count[None, :])
         self._usable[changed] = usable
         self._enough[changed] = enough
@@ -241,10 +230,10 @@ class FragmentModel:
         return self._usable[nodes], self._enough[nodes], self._lost[nodes]
 
     def fragments(self, state: ClusterState, nodes: IntArray) -> IntArray:
-        """Per node and typical pod, the fragment in milli (K,T)."""
-        _, usable, enough = self._gpu_parts(state.gpu_free[nodes])
-        allowed = self._allowed(state.cpu_free[nodes], state.model_id[nodes])
-        return self._fragments(state.gpu_free_total[nodes], usable, enough, allowed)
+        """Per node and typical pod, the fragment in milli (K,T): the idle milli, less what
+        a typical pod that fits can use."""
+        _, _, lost = self._base(state, nodes)
+        return np.asarray(state.gpu_free_total[nodes][:, None] + lost, dtype=np.int64)
 
     def node_fragmentation(self, state: ClusterState, nodes: IntArray) -> FloatArray:
         return np.asarray(self.fragments(state, nodes) @ self.weights, dtype=np.float64)
@@ -292,8 +281,8 @@ class FragmentModel:
         a lookup per node instead of work per node and typical pod.
         """
         k = pod.gpu.count
-        if len(nodes) >= _TABLE_MIN_NODES:
-            known = self._whole.get(k)
+        known = self._whole.get(k)
+        if len(nodes) >= _TABLE_MIN_NODES and (known is not None or len(self._whole) < _MAX_TABLES):
             table, seen = known or self._new_table(state, k)
             stale = seen[nodes] != state.node_clock[nodes]
             changed = int(np.count_nonzero(stale))

@@ -76,18 +76,12 @@ class LeftoverModel:
         self._last_col = cols - 1
 
     def leftover(self, free: IntArray, cpu_free: IntArray) -> FloatArray:
-        """Expected leftover (K,G) of GPUs with ``free`` milli (K,G) on nodes with
-        ``cpu_free`` milli-CPU (K,); free shares and CPU below zero count as none.
+        """Expected leftover of GPUs with ``free`` milli on nodes with ``cpu_free``
+        milli-CPU, element by element (the two broadcast against each other); free shares
+        and CPU below zero count as none.
 
         No GPU has more than 1000 milli free, so a free share needs clipping only below
         (a share that does not fit goes there)."""
-        f = np.maximum(free, 0) // MILLI_STEP
-        c = np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col)
-        return np.asarray(self.table[f, c[:, None]], dtype=np.float64)
-
-    def leftover_at(self, free: IntArray, cpu_free: IntArray) -> FloatArray:
-        """``leftover`` for GPUs listed one by one: ``free`` and their nodes' ``cpu_free``
-        both (P,)."""
         f = np.maximum(free, 0) // MILLI_STEP
         c = np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col)
         return np.asarray(self.table[f, c], dtype=np.float64)

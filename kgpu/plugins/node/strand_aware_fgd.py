@@ -103,8 +103,8 @@ class StrandAwareFgd:
         """Drop in the expected leftover of GPUs with ``free`` milli on nodes with ``cpu``
         milli-CPU free (both (P,)) if the share went on them."""
         model = self.leftover_model(state)
-        after = model.leftover_at(free - pod.gpu.milli, cpu - pod.cpu_milli)
-        return np.asarray(model.leftover_at(free, cpu) - after, dtype=np.float64)
+        after = model.leftover(free - pod.gpu.milli, cpu - pod.cpu_milli)
+        return np.asarray(model.leftover(free, cpu) - after, dtype=np.float64)
 
     def stranded(self, idle_milli: IntArray, cpu_free: IntArray, mem_free: IntArray) -> FloatArray:
         """Idle milli-GPU beyond what the free CPU, or the free memory, can feed, in whole
@@ -133,8 +133,9 @@ class StrandAwareFgd:
         below one point, the leftover drop and the tightness."""
         at, slot, decrease = self.fgd.model(state).decrease_if_shared(state, pod, nodes)
         decrease = decrease + self.stranded_decrease(state, pod, nodes)[at]
-        free = state.gpu_free[nodes[at], slot]
-        kept = self.leftover_decrease(state, pod, free, state.cpu_free[nodes][at])
+        rows = nodes[at]
+        free = state.gpu_free[rows, slot]
+        kept = self.leftover_decrease(state, pod, free, state.cpu_free[rows])
         scores = sigmoid_score(decrease + kept)
         # A leftover lies within 0..1000 milli, so the drop within ±1000 maps into the span.
         scores = scores + (TIE_SPAN / (2 * MILLI_PER_GPU)) * (kept + MILLI_PER_GPU)
