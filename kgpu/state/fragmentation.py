@@ -23,6 +23,7 @@ import numpy.typing as npt
 from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.state.cluster import BoolArray, ClusterState, IntArray
+from kgpu.state.node_classes import NodeClasses
 
 FloatArray = npt.NDArray[np.float64]
 Int32Array = npt.NDArray[np.int32]
@@ -191,6 +192,7 @@ class FragmentModel:
         self._cpu_sorted = np.sort(self.cpu)
         self._cpu_fits_j = rank[None, :] < np.arange(kinds + 1)[:, None]  # (T+1, T)
         self._whole: dict[int, tuple[FloatArray, IntArray]] = {}
+        self.classes = NodeClasses(state)
 
     def _gpu_parts(self, free: IntArray) -> tuple[IntArray, IntArray]:
         """Per node and typical pod (K,T): the milli on GPUs big enough, and their count."""

@@ -86,7 +86,13 @@ class FgdScore:
     ) -> tuple[FloatArray, IntArray]:
         """Per node, the best integer score of a share over its GPUs and the lowest GPU with
         it; -1 and GPU 0 where no GPU has room."""
-        at, slot, decrease = self.model(state).decrease_if_shared(state, pod, nodes)
+        model = self.model(state)
+        classes = model.classes.split(state, nodes)
+        if classes is not None:
+            first, inverse = classes
+            best, gpus = self.best_gpus(state, pod, first)
+            return best[inverse], gpus[inverse]
+        at, slot, decrease = model.decrease_if_shared(state, pod, nodes)
         return best_per_node(at, slot, sigmoid_score(decrease), len(nodes), -1.0)
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
@@ -95,7 +101,12 @@ class FgdScore:
             best, gpus = self.best_gpus(state, pod, nodes)
             self.memo.record(state, pod, nodes, gpus)
             return best
-        return sigmoid_score(self.model(state).decrease_if_whole(state, pod, nodes))
+        model = self.model(state)
+        classes = model.classes.split(state, nodes)
+        if classes is not None:
+            first, inverse = classes
+            return sigmoid_score(model.decrease_if_whole(state, pod, first))[inverse]
+        return sigmoid_score(model.decrease_if_whole(state, pod, nodes))
 
     def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
         if pod.gpu.is_shared:

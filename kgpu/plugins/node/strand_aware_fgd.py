@@ -131,7 +131,13 @@ class StrandAwareFgd:
         """Per node, the best score of the share over its GPUs and the lowest GPU with it
         (-inf and GPU 0 where none has room). A GPU's score: the integer score, then,
         below one point, the leftover drop and the tightness."""
-        at, slot, decrease = self.fgd.model(state).decrease_if_shared(state, pod, nodes)
+        model = self.fgd.model(state)
+        classes = model.classes.split(state, nodes)
+        if classes is not None:
+            first, inverse = classes
+            best, gpus = self._best_gpus(state, pod, first)
+            return best[inverse], gpus[inverse]
+        at, slot, decrease = model.decrease_if_shared(state, pod, nodes)
         decrease = decrease + self.stranded_decrease(state, pod, nodes)[at]
         rows = nodes[at]
         free = state.gpu_free[rows, slot]
@@ -148,6 +154,14 @@ class StrandAwareFgd:
             best, gpus = self._best_gpus(state, pod, nodes)
             self.fgd.memo.record(state, pod, nodes, gpus)
             return best
+        classes = self.fgd.model(state).classes.split(state, nodes)
+        if classes is not None:
+            first, inverse = classes
+            return self._score_whole(state, pod, first)[inverse]
+        return self._score_whole(state, pod, nodes)
+
+    def _score_whole(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        """``score`` of a pod of whole GPUs or none."""
         decrease = self.fgd.model(state).decrease_if_whole(state, pod, nodes)
         score = sigmoid_score(decrease + self.stranded_decrease(state, pod, nodes))
         if pod.gpu.count:
