@@ -106,9 +106,7 @@ def simulate_openb(
     GPUs at once, so nothing waits: --node-share 0.005 makes them contend.
     """
     if churn:
-        _simulate_churn(
-            nodes_csv, pods_csv, policy, seed, node_share, phases, json_out, plot_dir
-        )
+        _simulate_churn(nodes_csv, pods_csv, policy, seed, node_share, phases, json_out, plot_dir)
         return
     from kgpu.sim.openb_run import run_openb
 
@@ -164,7 +162,7 @@ def _simulate_churn(
 ) -> None:
     """``simulate openb --churn``: one churn replay per policy, figures and plot."""
     from kgpu.config import load_profile
-    from kgpu.sim.churn_report import churn_table, plot_churn
+    from kgpu.sim.churn_report import plot_churn
     from kgpu.sim.churn_run import run_churn
     from kgpu.sim.churn_trace import parse_phases, read_timed_pods
     from kgpu.sim.openb import read_nodes
@@ -206,8 +204,6 @@ def _simulate_churn(
             f"elapsed={s['elapsed_s']:.2f}s",
             soft_wrap=True,
         )
-    if len(runs) > 1:
-        console.print(churn_table(runs, title="time-averaged over the trace"))
     if json_out is not None:
         data = {
             "churn": True,

@@ -1,4 +1,4 @@
-"""Churn replays side by side: a table of their figures and a plot of them over time."""
+"""Churn replays side by side: a plot of their figures over time."""
 
 from __future__ import annotations
 
@@ -6,37 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from rich.table import Table
 
 from kgpu.sim.churn_run import ChurnRun
 
 DAY_S = 86400
-
-
-def churn_table(runs: Sequence[ChurnRun], title: str | None = None) -> Table:
-    """One row per replay, in the order given; the best time-averaged allocation in bold."""
-    table = Table(title=title)
-    for name in ("policy", "GPU alloc %", "asked %", "frag %", "pending p50 s"):
-        table.add_column(name, justify="left" if name == "policy" else "right")
-    for name in ("pending p99 s", "placed late", "withdrawn", "waiting at end", "elapsed s"):
-        table.add_column(name, justify="right")
-    best = max((r.result.time_avg_alloc_pct for r in runs), default=None)
-    for run in runs:
-        s = run.summary()
-        alloc = f"{s['time_avg_gpu_alloc_pct']:.2f}"
-        table.add_row(
-            run.policy,
-            f"[bold]{alloc}[/bold]" if run.result.time_avg_alloc_pct == best else alloc,
-            f"{s['time_avg_gpu_asked_pct']:.2f}",
-            f"{s['time_avg_frag_gpu_pct']:.2f}",
-            f"{s['pending_p50_s']:g}",
-            f"{s['pending_p99_s']:g}",
-            str(s["placed_after_waiting"]),
-            str(s["withdrawn_while_waiting"]),
-            str(s["waiting_at_end"]),
-            f"{s['elapsed_s']:.2f}",
-        )
-    return table
 
 
 def plot_churn(runs: Sequence[ChurnRun], path: Path, title: str | None = None) -> Path:
@@ -64,9 +37,7 @@ def plot_churn(runs: Sequence[ChurnRun], path: Path, title: str | None = None) -
         r = runs[0].result
         # What the pods present ask for is the same under every policy: the ceiling.
         asked = 100.0 * r.asked_milli / r.total_gpu_milli
-        alloc.step(
-            r.times / DAY_S, asked, where="post", color="grey", linestyle=":", label="asked"
-        )
+        alloc.step(r.times / DAY_S, asked, where="post", color="grey", linestyle=":", label="asked")
     alloc.set_ylabel("allocated GPUs (% of capacity)")
     alloc.legend(loc="upper left", fontsize="small", title="policy (time average)")
     frag.set_ylabel("fragmentation (% of GPU capacity)")

@@ -107,6 +107,4 @@ def run_churn(
         # Each pod comes and goes, or neither if deleted the second it came (``replay_churn``).
         on_start(sum(0 if p.deleted == p.created else 1 + (p.deleted is not None) for p in pods))
     result = replay_churn(state, scheduler, pods, typical, progress)
-    return ChurnRun(
-        policy, seed, node_share, len(kept), len(trace) - len(replayed), result
-    )
+    return ChurnRun(policy, seed, node_share, len(kept), len(trace) - len(replayed), result)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kgpu.sim.openb import TracePod, TraceError, read_pods
+from kgpu.sim.openb import TraceError, TracePod, read_pods
 
 # Kubernetes' pod phases; "" where the trace has no pod_phase column or leaves it empty.
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -100,9 +100,7 @@ def parse_phases(value: str) -> frozenset[str]:
     names = {v.strip() for v in value.split(",") if v.strip()}
     unknown = sorted(names - set(PHASES))
     if unknown or not names:
-        raise ValueError(
-            f"is {value!r}, expected a comma-separated list of {', '.join(PHASES)}"
-        )
+        raise ValueError(f"is {value!r}, expected a comma-separated list of {', '.join(PHASES)}")
     return frozenset(names)
 
 
