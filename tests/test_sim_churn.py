@@ -15,7 +15,10 @@ from kgpu.sim.churn_run import ChurnRun, run_churn
 from kgpu.sim.churn_trace import PHASES, TraceError, read_timed_pods
 from kgpu.sim.openb import read_nodes
 
-HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time"
+HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time"
+)
 
 
 def _nodes(tmp_path: Path, gpus: int = 1) -> Path:
