@@ -10,10 +10,16 @@ import pytest
 from click.testing import CliRunner
 
 from kgpu.cli import main
-from kgpu.sim.churn import Outcome
+from kgpu.config import load_profile
+from kgpu.model.gpu import GpuRequest
+from kgpu.model.node import NodeInfo, NodeName
+from kgpu.model.pod import PodKey, PodSpec
+from kgpu.plugins.registry import build_scheduler
+from kgpu.sim.churn import ChurnPod, Outcome, replay_churn
 from kgpu.sim.churn_run import ChurnRun, run_churn
 from kgpu.sim.churn_trace import PHASES, read_timed_pods
 from kgpu.sim.openb import TraceError, read_nodes
+from kgpu.state.cluster import ClusterState
 
 HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time"
@@ -253,3 +259,17 @@ def test_cli_keeps_churn_and_arrival_options_apart(tmp_path: Path) -> None:
     assert shared.exit_code == 2 and "applies to --churn only" in shared.output
     phases = CliRunner().invoke(main, [*base, "--churn", "--phases", "Running,Lost"])
     assert phases.exit_code == 2 and "expected a comma-separated list of Pending" in phases.output
+
+
+def test_a_higher_priority_pod_is_tried_first_though_it_came_later() -> None:
+    gpu = GpuRequest(1, 1000)
+    pods = [
+        ChurnPod(PodSpec(PodKey("t/holder"), 1000, 1024, gpu), 0, 100),
+        ChurnPod(PodSpec(PodKey("t/low"), 1000, 1024, gpu), 10, 1000),
+        ChurnPod(PodSpec(PodKey("t/high"), 1000, 1024, gpu, priority=5), 20, 1000),
+    ]
+    state = ClusterState([NodeInfo(NodeName("n0"), 64000, 262144, gpu_count=1)])
+    scheduler = build_scheduler(load_profile("bestfit"))
+    result = replay_churn(state, scheduler, pods, [])
+    assert result.outcome.tolist() == [Outcome.PLACED, Outcome.WITHDRAWN, Outcome.PLACED_LATE]
+    assert result.waited_s.tolist() == [0, 990, 80]

@@ -158,12 +158,14 @@ def replay_churn(
     outcome = np.full(n, Outcome.WAITING, dtype=np.int64)
     waited = np.zeros(n, dtype=np.int64)
     nodes = np.full(n, -1, dtype=np.int64)
-    shapes = [p.spec.shape for p in pods]
+    # Queued by priority and shape: within one, arrival order is queue order.
+    shapes = [(p.spec.priority, p.spec.shape) for p in pods]
     # Deleted the second it was created, a pod would hold anything for no time at all:
     # it is not scheduled, and counts as withdrawn after no wait.
     outcome[[i for i, p in enumerate(pods) if p.deleted == p.created]] = Outcome.WITHDRAWN
-    # Waiting pods per shape, each deque in queue order; a round merges their heads.
-    queue: dict[tuple[object, ...], deque[int]] = {}
+    # Waiting pods per priority and shape, each deque in queue order; a round merges
+    # their heads.
+    queue: dict[tuple[int, tuple[object, ...]], deque[int]] = {}
     queued = 0
     cycles = 0
     used = state.used_gpu_milli
