@@ -78,6 +78,17 @@ def test_cli_writes_the_documented_json(tmp_path: Path) -> None:
     assert data["curve"][-1][1] == data["final_gpu_alloc_pct"]
 
 
+def test_cli_plots_the_allocation_curve(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,4,T4\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,8192,1,500\n")
+    args = ["simulate", "openb", "--nodes", str(nodes), "--pods", str(pods)]
+    result = CliRunner().invoke(main, [*args, "--plot", str(tmp_path / "plots")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "plots" / "allocation.png").stat().st_size > 0
+
+
 def test_cli_rejects_a_bad_trace_with_the_row_and_column(tmp_path: Path) -> None:
     nodes = tmp_path / "nodes.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,4,T4\n")

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
-from kgpu.cli.common import console, progress_bar
+from kgpu.cli.common import bar_task, console, policy_list, progress_bar
 from kgpu.config import POLICIES, ProfileError
+from kgpu.sim.churn_trace import PHASES
 from kgpu.sim.openb import TraceError
 
 if TYPE_CHECKING:
@@ -26,27 +28,93 @@ def simulate() -> None:
 @simulate.command("openb")
 @click.option("--nodes", "nodes_csv", required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--pods", "pods_csv", required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--policy", default="kgpu", show_default=True, help=f"one of {', '.join(POLICIES)}")
+@click.option(
+    "--policy",
+    default="kgpu",
+    show_default=True,
+    help=f"one of {', '.join(POLICIES)}; with --churn, a comma-separated list or 'all'",
+)
 @click.option("--seed", default=42, show_default=True, type=int)
 @click.option(
     "--tune",
     default=1.3,
     show_default=True,
     type=float,
-    help="scale the workload to this multiple of the cluster's GPU capacity",
+    help="scale the workload to this multiple of the cluster's GPU capacity (not with --churn)",
+)
+@click.option(
+    "--churn",
+    is_flag=True,
+    help="replay arrivals and departures at the trace's creation_time and deletion_time "
+    "(see above)",
+)
+@click.option(
+    "--node-share",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True),
+    help="with --churn: replay on a seeded sample of this share of the nodes",
+)
+@click.option(
+    "--phases",
+    default=",".join(PHASES),
+    show_default=True,
+    help="with --churn: replay the pods whose pod_phase is one of these (pods without a "
+    "phase always)",
 )
 @click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="write the result (curve included) as JSON to this file",
+    help="write the result (curve or series included) as JSON to this file",
+)
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="write a plot to this folder: allocation.png, or churn.png with --churn",
 )
 def simulate_openb(
-    nodes_csv: Path, pods_csv: Path, policy: str, seed: int, tune: float, json_out: Path | None
+    nodes_csv: Path,
+    pods_csv: Path,
+    policy: str,
+    seed: int,
+    tune: float,
+    churn: bool,
+    node_share: float,
+    phases: str,
+    json_out: Path | None,
+    plot_dir: Path | None,
 ) -> None:
-    """Replay an openb trace (Alibaba cluster-trace-gpu-v2023) as the FGD paper does."""
+    """Replay an openb trace (Alibaba cluster-trace-gpu-v2023) as the FGD paper does:
+    pods tuned to --tune x the GPUs arrive in a seeded order and never leave; a pod that
+    fits nowhere is dropped.
+
+    With --churn, pods come and go on the trace's clock instead: each arrives at its
+    creation_time and is deleted at its deletion_time, whether it was placed or is still
+    waiting; at the same second departures come before arrivals. A pod without a
+    deletion_time stays to the end; one deleted the second it was created is not
+    scheduled. Every phase is replayed by default, since pod_phase is what the trace's own
+    scheduler made of the pod (Failed pods ran, Pending ones never did); --phases leaves
+    some out. A pod that fits nowhere waits in a queue retried whenever a departure frees
+    something: highest priority first (openb pods have none), then first come, first
+    tried; one that does not fit does not hold back the others. Its pending time runs from
+    its arrival to its placement, its deletion, or the end of the replay. Reported per
+    policy: allocation over time, averaged over time from the first arrival to the last
+    event, pending time p50 and p99, and fragmentation (FGD's) over time (docs/POLICY.md).
+    On the whole openb node list the trace's pods never ask for more than about 1% of the
+    GPUs at once, so nothing waits: --node-share 0.005 makes them contend.
+    """
+    if churn:
+        _simulate_churn(nodes_csv, pods_csv, policy, seed, node_share, phases, json_out, plot_dir)
+        return
     from kgpu.sim.openb_run import run_openb
 
+    source = click.get_current_context().get_parameter_source
+    for name in ("node_share", "phases"):
+        if source(name) != ParameterSource.DEFAULT:
+            flag = "--" + name.replace("_", "-")
+            raise click.BadParameter("applies to --churn only", param_hint=flag)
     if tune <= 0:
         raise click.BadParameter(
             f"--tune is {tune}, expected a positive number", param_hint="--tune"
@@ -75,6 +143,80 @@ def simulate_openb(
     if json_out is not None:
         json_out.write_text(json.dumps(data, indent=1))
         console.print(f"wrote {json_out}")
+    if plot_dir is not None:
+        from kgpu.sim.report import plot_curves
+
+        png = plot_curves([run], plot_dir / "allocation.png", title=f"{pods_csv.name}, seed {seed}")
+        console.print(f"wrote {png}")
+
+
+def _simulate_churn(
+    nodes_csv: Path,
+    pods_csv: Path,
+    policy: str,
+    seed: int,
+    node_share: float,
+    phases: str,
+    json_out: Path | None,
+    plot_dir: Path | None,
+) -> None:
+    """``simulate openb --churn``: one churn replay per policy, figures and plot."""
+    from kgpu.config import load_profile
+    from kgpu.sim.churn_report import plot_churn
+    from kgpu.sim.churn_run import run_churn
+    from kgpu.sim.churn_trace import parse_phases, read_timed_pods
+    from kgpu.sim.openb import read_nodes
+
+    if click.get_current_context().get_parameter_source("tune") != ParameterSource.DEFAULT:
+        raise click.BadParameter(
+            "does not apply to --churn, which replays the trace's own pods and times "
+            "(--node-share makes the cluster smaller instead)",
+            param_hint="--tune",
+        )
+    try:
+        kept = parse_phases(phases)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--phases") from None
+    names = list(POLICIES) if policy.strip() == "all" else policy_list(policy)
+    try:
+        for name in names:
+            load_profile(name)  # fail on a bad name before any replay
+        nodes = read_nodes(nodes_csv)
+        trace = read_timed_pods(pods_csv)
+    except (ProfileError, TraceError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    runs = []
+    with progress_bar() as bar:
+        for name in names:
+            advance, start = bar_task(bar, f"{name} seed {seed}")
+            runs.append(run_churn(nodes, trace, name, seed, node_share, kept, advance, start))
+    for run in runs:
+        s = run.summary()
+        console.print(
+            f"policy={s['policy']} seed={seed} churn node_share={node_share:g} "
+            f"nodes={s['nodes']} total_gpus={s['total_gpus']} pods={s['pods']} "
+            f"left_out={s['left_out_pods']} placed_late={s['placed_after_waiting']} "
+            f"withdrawn={s['withdrawn_while_waiting']} waiting_at_end={s['waiting_at_end']} "
+            f"time_avg_gpu_alloc={s['time_avg_gpu_alloc_pct']:.2f}% "
+            f"asked={s['time_avg_gpu_asked_pct']:.2f}% "
+            f"frag={s['time_avg_frag_gpu_pct']:.2f}% "
+            f"pending_p50={s['pending_p50_s']:g}s pending_p99={s['pending_p99_s']:g}s "
+            f"elapsed={s['elapsed_s']:.2f}s",
+            soft_wrap=True,
+        )
+    if json_out is not None:
+        data = {
+            "churn": True,
+            "seed": seed,
+            "node_share": node_share,
+            "phases": sorted(kept),
+            "runs": [run.to_json() for run in runs],
+        }
+        json_out.write_text(json.dumps(data, indent=1))
+        console.print(f"wrote {json_out}")
+    if plot_dir is not None:
+        title = f"{pods_csv.name}, {runs[0].nodes} nodes, seed {seed}"
+        console.print(f"wrote {plot_churn(runs, plot_dir / 'churn.png', title=title)}")
 
 
 @simulate.command("manifests")

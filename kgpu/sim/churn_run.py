@@ -1,0 +1,110 @@
+"""One churn replay of an openb pod list on a node list, as ``kgpu simulate openb --churn``
+runs it: the same profiles, plugin context, tie-break order of nodes and typical pods as
+the arrival-only replay (``openb_run``), with the trace's times instead of a shuffle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kgpu.config import load_profile
+from kgpu.model.node import NodeInfo
+from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.sim.churn import ChurnPod, ChurnResult, Outcome, replay_churn
+from kgpu.sim.churn_trace import PHASES, TimedPod, select_phases
+from kgpu.sim.openb_run import tie_rank
+from kgpu.state.cluster import ClusterState
+from kgpu.state.fragmentation import typical_pods
+
+
+@dataclass(slots=True)
+class ChurnRun:
+    policy: str
+    seed: int
+    node_share: float
+    nodes: int
+    left_out: int  # pods whose phase was not replayed
+    result: ChurnResult
+
+    def summary(self) -> dict[str, Any]:
+        """The figures, without the series."""
+        r = self.result
+        return {
+            "policy": self.policy,
+            "seed": self.seed,
+            "node_share": self.node_share,
+            "nodes": self.nodes,
+            "total_gpus": r.total_gpu_milli // 1000,
+            "pods": len(r.outcome),
+            "left_out_pods": self.left_out,
+            "placed_at_arrival": r.count(Outcome.PLACED),
+            "placed_after_waiting": r.count(Outcome.PLACED_LATE),
+            "withdrawn_while_waiting": r.count(Outcome.WITHDRAWN),
+            "waiting_at_end": r.count(Outcome.WAITING),
+            "start_s": r.start,
+            "end_s": r.end,
+            "time_avg_gpu_alloc_pct": round(r.time_avg_alloc_pct, 4),
+            "time_avg_gpu_asked_pct": round(r.time_avg_asked_pct, 4),
+            "time_avg_frag_gpu_pct": round(r.time_avg_frag_pct, 4),
+            "pending_p50_s": round(r.pending_s(50), 3),
+            "pending_p99_s": round(r.pending_s(99), 3),
+            "cycles": r.cycles,
+            "elapsed_s": round(r.elapsed_s, 3),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures and the series, one value per instant with an event."""
+        r = self.result
+        return {
+            **self.summary(),
+            "series": {
+                "time_s": r.times.tolist(),
+                "gpu_alloc_pct": [round(r.pct(v), 4) for v in r.used_milli.tolist()],
+                "gpu_asked_pct": [round(r.pct(v), 4) for v in r.asked_milli.tolist()],
+                "frag_gpu_pct": [round(r.pct(v), 4) for v in r.frag_milli.tolist()],
+                "waiting_pods": r.waiting.tolist(),
+            },
+        }
+
+
+def sample_nodes(nodes: Sequence[NodeInfo], share: float, seed: int) -> list[NodeInfo]:
+    """A seeded sample of ``share`` of the nodes (at least one), in their list order."""
+    if share >= 1.0:
+        return list(nodes)
+    k = min(len(nodes), max(1, round(len(nodes) * share)))
+    # Its own stream: the tie-break order and the policies' draws stay as they were.
+    picked = np.random.default_rng([seed, 2]).choice(len(nodes), size=k, replace=False)
+    return [nodes[i] for i in sorted(picked.tolist())]
+
+
+def run_churn(
+    nodes: Sequence[NodeInfo],
+    trace: Sequence[TimedPod],
+    policy: str,
+    seed: int,
+    node_share: float = 1.0,
+    phases: frozenset[str] = frozenset(PHASES),
+    progress: Callable[[int], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> ChurnRun:
+    """Replay the pods of ``trace`` whose phase is in ``phases`` under one policy, on a
+    ``node_share`` of ``nodes``. ``on_start`` hears the number of events once known,
+    ``progress`` how many more were handled since it was last called."""
+    kept = sample_nodes(nodes, node_share, seed)
+    state = ClusterState(kept)
+    # As in the arrival-only replay: the typical pods are the whole pod list's shapes.
+    typical = typical_pods(p.pod.to_pod() for p in trace)
+    scheduler = build_scheduler(
+        load_profile(policy), PluginContext(seed=seed, typical_pods=typical)
+    )
+    scheduler.set_tie_rank(tie_rank(len(state), seed))
+    replayed = select_phases(trace, phases)
+    pods = [ChurnPod(p.pod.to_pod(), p.created, p.deleted) for p in replayed]
+    if on_start is not None:
+        # Each pod comes and goes, or neither if deleted the second it came (``replay_churn``).
+        on_start(sum(0 if p.deleted == p.created else 1 + (p.deleted is not None) for p in pods))
+    result = replay_churn(state, scheduler, pods, typical, progress)
+    return ChurnRun(policy, seed, node_share, len(kept), len(trace) - len(replayed), result)
