@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kgpu.framework.scheduler import Placement, Scheduler
+from kgpu.framework.scheduler import Scheduler
 from kgpu.model.pod import PodSpec
 from kgpu.state.cluster import ClusterState
 
@@ -84,9 +84,11 @@ def replay(
     used_now = state.used_gpu_milli
     failed = 0
     for i, pod in enumerate(pods):
-        outcome = scheduler.schedule(state, pod)
+        # ``placement``, not ``schedule``: a failed pod is dropped, so why it failed (a
+        # count of reasons over every node) is not asked.
+        outcome = scheduler.placement(state, pod)
         total_arrived += pod.gpu.total_milli
-        if isinstance(outcome, Placement):
+        if outcome is not None:
             state.allocate(pod, outcome.node, outcome.gpus)
             used_now += pod.gpu.total_milli
             nodes[i] = outcome.node

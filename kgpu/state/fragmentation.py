@@ -183,6 +183,7 @@ class FragmentModel:
         # first[i, g]: slot g holds the first GPU of node i with its free milli. Equal free
         # shares score alike, so a share is tried on these slots only.
         self._first = np.zeros((n, state.max_gpus), dtype=np.bool_)
+        self._earlier = np.tri(state.max_gpus, k=-1, dtype=np.bool_)[None]  # slot h < g
         self._seen = np.full(n, -1, dtype=np.int64)  # node_clock when last computed
         # For whole-GPU and GPU-less pods: which typical pods a node's CPU still allows
         # after the pod depends only on how many typical CPU requests fit in what is left,
@@ -219,8 +220,7 @@ class FragmentModel:
         self._usable[changed] = usable
         self._enough[changed] = enough
         self._lost[changed] = np.where(fits, -usable, 0)
-        earlier = np.tri(free.shape[1], k=-1, dtype=np.bool_)
-        repeated = ((free[:, :, None] == free[:, None, :]) & earlier[None]).any(axis=2)
+        repeated = ((free[:, :, None] == free[:, None, :]) & self._earlier).any(axis=2)
         self._first[changed] = ~repeated
         self._seen[changed] = clocks[stale]
 
