@@ -14,13 +14,13 @@ from kgpu.actions.defrag_rules import PREEMPTIBLE_ANNOTATION, MoveFacts, Running
 from kgpu.config import load_profile
 from kgpu.framework.defrag_config import Defragmentation
 from kgpu.model.node import NodeInfo
-from kgpu.model.pod import PodSpec
+from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins.registry import build_scheduler
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod
 
 NOW = 10_000.0
-ON = Defragmentation(enabled=True, min_runtime_seconds=0)
+ON = Defragmentation.model_validate({"enabled": True, "minRuntimeSeconds": 0})
 
 
 def _pod(name: str, milli: int = 1000, count: int = 1, cpu: int = 1000) -> PodSpec:
@@ -119,7 +119,7 @@ def test_each_rule_refuses_the_only_move(x: RunningPod, rule: str) -> None:
     # w, on node b, is never movable: its refusal is counted too.
     refused = Counter([rule, "preemptibility"])
     counts = ", ".join(f"{r} {n}" for r, n in sorted(refused.items()))
-    assert plan.unplanned["default/y"] == (
+    assert plan.unplanned[PodKey("default/y")] == (
         f"no node near fitting holds a movable pod (pods refused: {counts})"
     )
 
@@ -174,7 +174,7 @@ def test_a_pod_selected_by_two_budgets_never_moves() -> None:
     x = _running(_pod("x", 500), budgets=("default/a", "default/b"))
     world = _two_nodes(x)
     world.budget_allowed = {"default/a": 5, "default/b": 5}
-    assert "disruption budget 1" in world.plan(_pod("y")).unplanned["default/y"]
+    assert "disruption budget 1" in world.plan(_pod("y")).unplanned[PodKey("default/y")]
 
 
 def test_fewest_moves_then_least_gpu_moved() -> None:
@@ -195,7 +195,7 @@ def test_no_move_when_the_moved_pod_fits_nowhere_else() -> None:
     world = _two_nodes(_running(_pod("x", 500, cpu=30_000)), b_cpu=8_000)
     plan = world.plan(_pod("y"))
     assert not plan.steps
-    assert plan.unplanned["default/y"] == (
+    assert plan.unplanned[PodKey("default/y")] == (
         "no set of at most 2 moves on the 1 nodes examined lets it fit with every moved "
         "pod placed again"
     )
@@ -205,7 +205,7 @@ def test_no_move_when_the_moved_pod_fits_nowhere_else() -> None:
 
 def test_no_move_when_the_cluster_is_full_not_fragmented() -> None:
     world = _two_nodes(_running(_pod("x", 700)))  # 300 + 600 idle < 1,000
-    assert world.plan(_pod("y")).unplanned["default/y"] == (
+    assert world.plan(_pod("y")).unplanned[PodKey("default/y")] == (
         "900 milli-GPU idle on the nodes that could hold it, it asks 1000: no move makes "
         "room that is not there"
     )

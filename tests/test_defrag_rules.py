@@ -22,7 +22,7 @@ from kgpu.model.disruption import Amount, DisruptionBudget
 from kgpu.model.workspace import LabelSelector
 from tests.builders import make_pod
 
-CONFIG = Defragmentation(enabled=True, min_runtime_seconds=300)
+CONFIG = Defragmentation.model_validate({"enabled": True, "minRuntimeSeconds": 300})
 PENDING = make_pod("y").gpus(1).priority(10).build()
 
 
