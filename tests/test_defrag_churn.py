@@ -81,6 +81,11 @@ def test_the_cli_switch_reports_moves_and_their_cost(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "moves=1 moved_pods=1 placed_by_moves=1 move_cost=0.042GPUh" in result.output
-    assert json.loads(out.read_text())["runs"][0]["defrag_moves"] == 1
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["defrag_moves"] == 1
+    (move,) = run["defrag_moves_log"]
+    assert (move["time_s"], move["pod"], move["for_pod"]) == (1000, "openb/x", "openb/y")
+    assert move["reason"].startswith("moves pod openb/x off node n")
+    assert "ran 16m40s >= min-runtime 10m" in move["reason"]
     refused = CliRunner().invoke(main, [*base, "--defrag"])
     assert refused.exit_code != 0 and "applies to --churn only" in refused.output

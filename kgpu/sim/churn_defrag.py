@@ -45,6 +45,8 @@ class DefragStats:
     placed: int = 0  # waiting pods placed by a round's step
     moved_pods: set[int] = field(default_factory=set)
     cost_gpu_s: float = 0.0
+    # Each move: (second, moved pod, from node, to node, pending pod, why), in order.
+    log: list[tuple[int, str, str, str, str, str]] = field(default_factory=list)
 
 
 class ChurnDefrag:
@@ -98,6 +100,16 @@ class ChurnDefrag:
                 self.left(i, move.source)
                 self.placed(i, move.target, now)
                 self.stats.moved_pods.add(i)
+                self.stats.log.append(
+                    (
+                        now,
+                        move.pod.key,
+                        state.nodes[move.source].name,
+                        state.nodes[move.target].name,
+                        step.pending.key,
+                        move.reason,
+                    )
+                )
                 self.stats.cost_gpu_s += (
                     self.config.move_cost_seconds * move.pod.gpu.total_milli / MILLI_PER_GPU
                 )

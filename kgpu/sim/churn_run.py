@@ -86,7 +86,16 @@ class ChurnRun:
                 "frag_gpu_pct": [round(r.pct(v), 4) for v in r.frag_milli.tolist()],
                 "waiting_pods": r.waiting.tolist(),
             },
+            **self._defrag_moves(),
         }
+
+    def _defrag_moves(self) -> dict[str, Any]:
+        """Every move, with the reason the planner gave for it."""
+        d = self.result.defrag
+        if d is None:
+            return {}
+        keys = ("time_s", "pod", "from_node", "to_node", "for_pod", "reason")
+        return {"defrag_moves_log": [dict(zip(keys, move, strict=True)) for move in d.log]}
 
 
 def sample_nodes(nodes: Sequence[NodeInfo], share: float, seed: int) -> list[NodeInfo]:
@@ -130,7 +139,8 @@ def run_churn(
             ChurnPod(_with_qos(c.spec, p.qos), c.created, c.deleted)
             for c, p in zip(pods, replayed, strict=True)
         ]
-        mover = ChurnDefrag(profile.defragmentation, scheduler, [c.spec for c in pods])
+        config = profile.defragmentation.model_copy(update={"enabled": True})
+        mover = ChurnDefrag(config, scheduler, [c.spec for c in pods])
     if on_start is not None:
         # Each pod comes and goes, or neither if deleted the second it came (``replay_churn``).
         on_start(sum(0 if p.deleted == p.created else 1 + (p.deleted is not None) for p in pods))
