@@ -63,6 +63,12 @@ def simulate() -> None:
     "phase always)",
 )
 @click.option(
+    "--defrag",
+    is_flag=True,
+    help="with --churn: turn on the policies' defragmentation switch (move best-effort "
+    "pods so that waiting GPU pods fit; docs/POLICY.md)",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -83,6 +89,7 @@ def simulate_openb(
     churn: bool,
     node_share: float,
     phases: str,
+    defrag: bool,
     json_out: Path | None,
     plot_dir: Path | None,
 ) -> None:
@@ -103,15 +110,19 @@ def simulate_openb(
     policy: allocation over time, averaged over time from the first arrival to the last
     event, pending time p50 and p99, and fragmentation (FGD's) over time (docs/POLICY.md).
     On the whole openb node list the trace's pods never ask for more than about 1% of the
-    GPUs at once, so nothing waits: --node-share 0.005 makes them contend.
+    GPUs at once, so nothing waits: --node-share 0.005 makes them contend. --defrag moves
+    best-effort pods (qos BE) so that waiting GPU pods fit, and reports the moves and
+    their cost.
     """
     if churn:
-        _simulate_churn(nodes_csv, pods_csv, policy, seed, node_share, phases, json_out, plot_dir)
+        _simulate_churn(
+            nodes_csv, pods_csv, policy, seed, node_share, phases, defrag, json_out, plot_dir
+        )
         return
     from kgpu.sim.openb_run import run_openb
 
     source = click.get_current_context().get_parameter_source
-    for name in ("node_share", "phases"):
+    for name in ("node_share", "phases", "defrag"):
         if source(name) != ParameterSource.DEFAULT:
             flag = "--" + name.replace("_", "-")
             raise click.BadParameter("applies to --churn only", param_hint=flag)
@@ -157,6 +168,7 @@ def _simulate_churn(
     seed: int,
     node_share: float,
     phases: str,
+    defrag: bool,
     json_out: Path | None,
     plot_dir: Path | None,
 ) -> None:
@@ -189,7 +201,9 @@ def _simulate_churn(
     with progress_bar() as bar:
         for name in names:
             advance, start = bar_task(bar, f"{name} seed {seed}")
-            runs.append(run_churn(nodes, trace, name, seed, node_share, kept, advance, start))
+            runs.append(
+                run_churn(nodes, trace, name, seed, node_share, kept, advance, start, defrag)
+            )
     for run in runs:
         s = run.summary()
         console.print(
@@ -201,7 +215,14 @@ def _simulate_churn(
             f"asked={s['time_avg_gpu_asked_pct']:.2f}% "
             f"frag={s['time_avg_frag_gpu_pct']:.2f}% "
             f"pending_p50={s['pending_p50_s']:g}s pending_p99={s['pending_p99_s']:g}s "
-            f"elapsed={s['elapsed_s']:.2f}s",
+            + (
+                f"moves={s['defrag_moves']} moved_pods={s['defrag_moved_pods']} "
+                f"placed_by_moves={s['defrag_placed']} "
+                f"move_cost={s['defrag_move_cost_gpu_h']:g}GPUh "
+                if "defrag_moves" in s
+                else ""
+            )
+            + f"elapsed={s['elapsed_s']:.2f}s",
             soft_wrap=True,
         )
     if json_out is not None:

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kgpu.framework.defrag_config import Defragmentation
+
 
 class WeightedPlugin(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -28,3 +30,5 @@ class Profile(BaseModel):
     scores: tuple[WeightedPlugin, ...] = ()
     gpu_choice: str = Field(alias="gpuChoice")
     plugin_args: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="pluginArgs")
+    # Off unless the profile turns it on (``defragmentation: {enabled: true}``).
+    defragmentation: Defragmentation = Field(default_factory=Defragmentation)

@@ -13,7 +13,9 @@ At each instant of that clock, in this order:
    does not fit does not block the ones behind it.
 3. Arrivals, in input order: one scheduling cycle each, through the same scheduler as
    every other replay; a pod that fits no node joins the queue.
-4. A sample: GPU milli allocated, GPU milli asked by the pods present (placed or waiting),
+4. With defragmentation on (``kgpu.sim.churn_defrag``), while pods wait: a round of moves
+   that lets some of them fit; if it placed any, one retry round, as after departures.
+5. A sample: GPU milli allocated, GPU milli asked by the pods present (placed or waiting),
    the number waiting, and the cluster's fragmentation (FGD's, against the typical pods).
 
 A pod's deletion time is fixed by the trace, whenever it was placed: a pod placed late runs
@@ -42,6 +44,7 @@ import numpy.typing as npt
 
 from kgpu.framework.scheduler import Scheduler
 from kgpu.model.pod import PodSpec
+from kgpu.sim.churn_defrag import ChurnDefrag, DefragStats
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import FragmentModel, TypicalPod
 
@@ -83,6 +86,7 @@ class ChurnResult:
     nodes: IntArray  # per pod: the node it was placed on, -1 if none
     cycles: int  # scheduling cycles run
     elapsed_s: float
+    defrag: DefragStats | None = None  # None: defragmentation was off
 
     @property
     def start(self) -> int:
@@ -149,9 +153,11 @@ def replay_churn(
     pods: Sequence[ChurnPod],
     typical: list[TypicalPod],
     progress: Callable[[int], None] | None = None,
+    defrag: ChurnDefrag | None = None,
 ) -> ChurnResult:
     """Replay ``pods`` on ``state`` (which it changes) with ``scheduler``; ``progress``
-    hears how many more events were handled since it was last called."""
+    hears how many more events were handled since it was last called. ``defrag`` (made
+    over the same pods) moves pods when others wait."""
     start = time.perf_counter()
     n = len(pods)
     frag = _Fragmentation(typical, state)
@@ -175,18 +181,42 @@ def replay_churn(
         return (-pods[i].spec.priority, pods[i].created, i)
 
     def place(i: int, now: int) -> bool:
-        nonlocal cycles, used
+        nonlocal cycles
         cycles += 1
         spec = pods[i].spec
         found = scheduler.placement(state, spec)
         if found is None:
             return False
         state.allocate(spec, found.node, found.gpus)
-        used += spec.gpu.total_milli
-        nodes[i] = found.node
+        settle(i, found.node, now)
+        return True
+
+    def settle(i: int, node: int, now: int) -> None:
+        """Record pod ``i`` placed on ``node`` (its allocation is made)."""
+        nonlocal used
+        used += pods[i].spec.gpu.total_milli
+        nodes[i] = node
         waited[i] = now - pods[i].created
         outcome[i] = Outcome.PLACED if waited[i] == 0 else Outcome.PLACED_LATE
-        return True
+        if defrag is not None:
+            defrag.placed(i, node, now)
+
+    def defragment(now: int) -> None:
+        nonlocal queued
+        assert defrag is not None
+        heads = sorted((q[0] for q in queue.values()), key=order)
+        steps = defrag.round(state, now, heads)
+        for step in steps:
+            i = defrag.index[step.pending.key]
+            queue[shapes[i]].popleft()  # a head: the round is shown heads only
+            if not queue[shapes[i]]:
+                del queue[shapes[i]]
+            queued -= 1
+            settle(i, step.node, now)
+            for move in step.moves:
+                nodes[defrag.index[move.pod.key]] = move.target
+        if steps and queue:
+            retry(now)
 
     def retry(now: int) -> None:
         nonlocal queued
@@ -213,6 +243,8 @@ def replay_churn(
         for i in leaving:
             if nodes[i] >= 0:
                 state.release(pods[i].spec.key)
+                if defrag is not None:
+                    defrag.left(i, int(nodes[i]))
                 used -= pods[i].spec.gpu.total_milli
                 released = True
             elif outcome[i] == Outcome.WAITING:
@@ -230,6 +262,8 @@ def replay_churn(
             if shapes[i] in queue or not place(i, now):
                 queue.setdefault(shapes[i], deque()).append(i)
                 queued += 1
+        if defrag is not None and queue:
+            defragment(now)
         times.append(now)
         series.append((used, asked, queued, frag.total(state)))
         handled += len(leaving) + len(coming)
@@ -255,6 +289,7 @@ def replay_churn(
         nodes=nodes,
         cycles=cycles,
         elapsed_s=time.perf_counter() - start,
+        defrag=None if defrag is None else defrag.stats,
     )
 
 

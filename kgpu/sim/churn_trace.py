@@ -27,13 +27,15 @@ MAX_TIME = 2**40
 @dataclass(frozen=True, slots=True)
 class TimedPod:
     """A pod row with its times: it asks for ``pod`` from ``created`` until ``deleted``
-    (None: never deleted). ``row`` is its line in the file, for messages."""
+    (None: never deleted). ``row`` is its line in the file, for messages; ``qos`` its
+    column of that name ("" where absent), which says whether it may be preempted."""
 
     pod: TracePod
     row: int
     created: int
     deleted: int | None
     phase: str
+    qos: str = ""
 
 
 def _time(path: Path, row: int, column: str, value: str | None) -> int | None:
@@ -91,7 +93,8 @@ def read_timed_pods(path: Path) -> list[TimedPod]:
                     f"{path.name} row {row_no}: column 'pod_phase' is {phase!r}, expected one "
                     f"of {', '.join(PHASES)} or empty"
                 )
-            timed.append(TimedPod(pod, row_no, created, deleted, phase))
+            qos = (row.get("qos") or "").strip()
+            timed.append(TimedPod(pod, row_no, created, deleted, phase, qos))
     return timed
 
 
