@@ -96,37 +96,56 @@ def place_in_domains(session: Session, placer: Placer, job: JobInfo) -> bool:
     asked = _asked(session, job)
     assert asked is not None, "only a job that asked for topology is placed by topology"
     topology, request = asked
-    domains = topology.domains
+    levels = topology.domains.levels
     needed = session.callbacks.needed(job)
     target = job.alive + len(needed)
-    gpu_free, cpu_free, mem_free = domains.free()
+    gpu_free, cpu_free, mem_free = topology.domains.free()
     need = _need(needed)
+    measures = [level.sums(gpu_free if need[0] else cpu_free) for level in levels]
+    tried = request.levels_to_try(len(levels))
+    start = tried[0] if tried else len(levels) - 1
+    fill = _fill_order(levels, start, measures)
     tries: list[_Try] = []
     level: LevelDomains | None = None
-    for index in request.levels_to_try(len(domains.levels)):
-        level = domains.levels[index]
-        room = (level.sums(gpu_free), level.sums(cpu_free), level.sums(mem_free))
-        measure = room[0] if need[0] else room[1]
+    for index in tried:
+        level = levels[index]
         held = _domains_held(session, job, level)
         if held:
             order = held if len(held) == 1 and held[0] >= 0 else []
             rest: list[int] = []
         else:
-            roomy = (room[0] >= need[0]) & (room[1] >= need[1]) & (room[2] >= need[2])
+            gpu, cpu, mem = level.sums(gpu_free), level.sums(cpu_free), level.sums(mem_free)
+            roomy = (gpu >= need[0]) & (cpu >= need[1]) & (mem >= need[2])
+            measure = measures[index]
             order = sorted(np.flatnonzero(roomy).tolist(), key=lambda d: (int(measure[d]), d))
             rest = sorted(np.flatnonzero(~roomy).tolist(), key=lambda d: (-int(measure[d]), d))
         tries = []
         for domain in order:
-            done = _try(session, placer, job, domain, level.selectors[domain])
+            done = _fill(session, placer, job, domain, _within(levels, start, index, domain, fill))
             if done.kept:
                 return True
             tries.append(done)
         if not tries and rest:
-            tries.append(_try(session, placer, job, rest[0], level.selectors[rest[0]]))
+            first = rest[0]
+            tries.append(
+                _fill(session, placer, job, first, _within(levels, start, index, first, fill))
+            )
     if request.spreads:
-        return _spread(session, placer, job, topology, request, target)
+        # No single domain has room: the start level's domains in turn, then any node.
+        order = [levels[start].selectors[d] for d in fill] + [()]
+        done = _fill(session, placer, job, -1, order)
+        if done.kept:
+            return True
+        if done.why is not None:
+            text = (
+                f"topology: gang {job.key} fits in no single domain "
+                f"({describe(request, topology.levels)}) and across {levels[start].name}s "
+                f"{done.held} of its {target} pods fit: {done.why.message}"
+            )
+            session.note(job, Status(done.why.code, (text,), names.TOPOLOGY, done.why.reason_code))
+        return False
     assert level is not None, "a required level is always tried"
-    session.note(job, _refusal(session, job, level, request, topology, tries, target))
+    session.note(job, _refusal(job, level, request, topology, tries, target))
     return False
 
 
@@ -151,13 +170,56 @@ def _domains_held(session: Session, job: JobInfo, level: LevelDomains) -> list[i
     return sorted(found)
 
 
-def _try(session: Session, placer: Placer, job: JobInfo, domain: int, within: Selector) -> _Try:
+def _ancestor(levels: Sequence[LevelDomains], start: int, domain: int, index: int) -> int:
+    """The domain of level ``index`` (at or above ``start``) holding ``domain`` of ``start``."""
+    for at in range(start, index, -1):
+        domain = int(levels[at].parent[domain])
+    return domain
+
+
+def _fill_order(levels: Sequence[LevelDomains], start: int, measures: list[IntArray]) -> list[int]:
+    """The domains of level ``start``, the roomiest top-level domain's first, and in it the
+    roomiest of the next level's first, down to ``start``: filled in this order, a gang
+    spans the fewest domains at each level."""
+
+    def key(domain: int) -> tuple[int, ...]:
+        out: list[int] = []
+        for index in range(start + 1):
+            d = _ancestor(levels, start, domain, index)
+            out += [-int(measures[index][d]), d]
+        return tuple(out)
+
+    return sorted(range(len(levels[start])), key=key) if levels else []
+
+
+def _within(
+    levels: Sequence[LevelDomains], start: int, index: int, domain: int, fill: list[int]
+) -> list[Selector]:
+    """Where the pods go, in turn, when the gang is tried in ``domain`` of level ``index``:
+    the start level's domains inside it in fill order (fewest of them), then the domain
+    itself (its nodes without the lower labels)."""
+    inside = (
+        [d for d in fill if _ancestor(levels, start, d, index) == domain] if index < start else []
+    )
+    return [levels[start].selectors[d] for d in inside] + [levels[index].selectors[domain]]
+
+
+def _fill(
+    session: Session, placer: Placer, job: JobInfo, domain: int, order: Sequence[Selector]
+) -> _Try:
+    """Place the gang's pods through one statement, each in the first of ``order`` that
+    has room for it from where the last one went; kept only if the gang is then ready."""
     statement = session.statement()
     why: Status | None = None
+    at = 0
     for task in list(job.pending):
         if session.callbacks.ready(job):
             break
-        why = placer.place(statement, job, task, within=within)
+        while True:
+            why = placer.place(statement, job, task, within=order[at])
+            if why is None or at == len(order) - 1:
+                break
+            at += 1  # full for this pod: on to the next domain, never back
         if why is not None:
             break
     held = job.alive
@@ -168,73 +230,11 @@ def _try(session: Session, placer: Placer, job: JobInfo, domain: int, within: Se
     return _Try(domain, False, held, why)
 
 
-def _spread_order(topology: SessionTopology, start: int, measures: list[IntArray]) -> list[int]:
-    """The domains of level ``start``, the roomiest top-level domain's first, and in it the
-    roomiest of the next level's first, down to ``start``: filled in this order, the gang
-    spans the fewest domains at each level."""
-    levels = topology.domains.levels
-
-    def key(domain: int) -> tuple[int, ...]:
-        chain: list[tuple[int, int]] = []  # (level, domain), from ``start`` up to the top
-        d = domain
-        for index in range(start, -1, -1):
-            chain.append((index, d))
-            d = int(levels[index].parent[d])
-        return tuple(v for index, d in reversed(chain) for v in (-int(measures[index][d]), d))
-
-    return sorted(range(len(levels[start])), key=key)
-
-
-def _spread(
-    session: Session,
-    placer: Placer,
-    job: JobInfo,
-    topology: SessionTopology,
-    request: TopologyRequest,
-    target: int,
-) -> bool:
-    """No single domain has room: fill the preferred level's domains in turn, then any node."""
-    levels = topology.domains.levels
-    start = request.preferred if request.preferred is not None else 0
-    gpu_free, cpu_free, _ = topology.domains.free()
-    per_node = gpu_free if _need(session.callbacks.needed(job))[0] else cpu_free
-    measures = [level.sums(per_node) for level in levels]
-    order = [levels[start].selectors[d] for d in _spread_order(topology, start, measures)]
-    statement = session.statement()
-    why: Status | None = None
-    at = 0
-    for task in list(job.pending):
-        if session.callbacks.ready(job):
-            break
-        while True:
-            within = order[at] if at < len(order) else ()
-            why = placer.place(statement, job, task, within=within)
-            if why is None or at >= len(order):
-                break
-            at += 1  # this domain is full for the gang: on to the next
-        if why is not None:
-            break
-    if session.callbacks.ready(job):
-        statement.commit()
-        return True
-    held = job.alive
-    statement.discard()
-    if why is not None:
-        name = levels[start].name
-        text = (
-            f"topology: gang {job.key} fits in no single domain ({describe(request, topology.levels)}) "
-            f"and across {name}s {held} of its {target} pods fit: {why.message}"
-        )
-        session.note(job, Status(why.code, (text,), names.TOPOLOGY, why.reason_code))
-    return False
-
-
 def _pods(count: int) -> str:
     return "its pod" if count == 1 else f"all {count} pods"
 
 
 def _refusal(
-    session: Session,
     job: JobInfo,
     level: LevelDomains,
     request: TopologyRequest,
