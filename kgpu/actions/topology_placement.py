@@ -132,8 +132,8 @@ def place_in_domains(session: Session, placer: Placer, job: JobInfo) -> bool:
             )
     if request.spreads:
         # No single domain has room: the start level's domains in turn, then any node.
-        order = [levels[start].selectors[d] for d in fill] + [()]
-        done = _fill(session, placer, job, -1, order)
+        everywhere = [levels[start].selectors[d] for d in fill] + [()]
+        done = _fill(session, placer, job, -1, everywhere)
         if done.kept:
             return True
         if done.why is not None:
