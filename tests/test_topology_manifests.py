@@ -123,3 +123,20 @@ def test_explain_names_the_level_that_failed_and_the_nearest_domain(tmp_path: Pa
         "Pod ml/train-0 is pending: topology: no rack has room for all 3 pods of gang "
         "ml/train (required level rack); nearest rack r1 holds 2 of 3: "
     )
+
+
+def test_the_documented_example_places_as_docs_policy_says() -> None:
+    root = Path(__file__).resolve().parents[1] / "examples"
+    run = simulate_manifests(root / "topology", str(root / "topology-profile.yaml"))
+    found = by_pod(run)
+    racks = {
+        name: sorted(
+            {found[p].node.rsplit("-", 1)[0] for p in found if p.startswith(f"ml/{name}-")}
+        )
+        for name in ("two", "three", "five")
+    }
+    assert racks == {"two": ["r2"], "three": ["r3"], "five": ["r1", "r4"]}
+    assert found["ml/four-0"].message.startswith(
+        "topology: no rack has room for all 4 pods of gang ml/four (required level rack); "
+        "nearest rack r4 holds 1 of 4"
+    )
