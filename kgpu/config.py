@@ -9,6 +9,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
+from kgpu.actions.session_runner import topology_problem
 from kgpu.framework.profile import Profile
 
 
@@ -29,6 +30,9 @@ def _profiles_from(data: Any, source: str) -> dict[str, Profile]:
             out[str(name)] = Profile.model_validate({"name": name, **body})
         except ValidationError as exc:
             raise ProfileError(f"{source}: profile {name!r}: {exc}") from exc
+        problem = topology_problem(out[str(name)])
+        if problem is not None:
+            raise ProfileError(f"{source}: {problem}")
     return out
 
 

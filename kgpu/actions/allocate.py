@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import Placer, best_effort, placer_of
+from kgpu.actions.topology_placement import extra_within, place_in_domains, wants_topology
 from kgpu.framework.scheduler import Placement, Scheduler
 from kgpu.framework.session import Session
 from kgpu.framework.session_callbacks import Key
@@ -80,6 +81,8 @@ def gang_message(session: Session, job: JobInfo, placed: int, why: Status) -> St
 
 def place_gang(session: Session, placer: Placer, job: JobInfo) -> bool:
     """Place pods of ``job`` until it is ready; all of them, or none."""
+    if wants_topology(session, job):  # one domain at a time: kgpu.actions.topology_placement
+        return place_in_domains(session, placer, job)
     statement = session.statement()
     why: Status | None = None
     placed = 0
@@ -141,7 +144,7 @@ class Allocate:
         """Place one extra pod of a ready job; True if the job has room for more."""
         task = job.pending[0]
         statement = session.statement()
-        why = placer.place(statement, job, task)
+        why = placer.place(statement, job, task, within=extra_within(session, job))
         if why is not None:
             session.note(job, why)
             return False

@@ -117,14 +117,21 @@ class Placer:
         return placement
 
     def place(
-        self, statement: Statement, job: JobInfo, task: Task, pipeline: bool = False
+        self,
+        statement: Statement,
+        job: JobInfo,
+        task: Task,
+        pipeline: bool = False,
+        within: tuple[tuple[str, str], ...] = (),
     ) -> Status | None:
         """Place ``task`` of ``job`` through ``statement``; the reason it cannot be placed,
-        if so."""
+        if so. ``within``: node labels the pod must also match (a topology domain)."""
         session = self.session
         refusals: list[Status] = []
         cards: list[str | None] = []
         for pod, card in self.options(task):
+            if within:  # topology (kgpu.actions.topology_placement): the NodeSelector holds it
+                pod = replace(pod, node_selector=tuple(sorted({*pod.node_selector, *within})))
             vec = session.vector(task, card)
             verdict = session.check_allocatable(job, task, vec)
             if verdict is None:

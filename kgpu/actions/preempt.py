@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from kgpu.actions.allocate import schedulable
 from kgpu.actions.placement import Placer, placer_of
+from kgpu.actions.topology_placement import holds_to_domain
 from kgpu.actions.victim_pool import VictimPool
 from kgpu.actions.victims import make_room
 from kgpu.framework.session import Session
@@ -78,8 +79,14 @@ def take_room(
 
 def may_take_room(session: Session, job: JobInfo) -> bool:
     """A job preempt and reclaim may evict for: schedulable, not ready yet, and none of the
-    victims of its earlier evictions still leaving."""
-    return schedulable(session, job) and not session.callbacks.ready(job) and session.may_evict(job)
+    victims of its earlier evictions still leaving; not one that must stay in one topology
+    domain (``topology_placement``: such a gang places in free room only)."""
+    return (
+        schedulable(session, job)
+        and not session.callbacks.ready(job)
+        and session.may_evict(job)
+        and not holds_to_domain(session, job)
+    )
 
 
 class Failures:

@@ -40,10 +40,12 @@ from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session import Action, Session
 from kgpu.framework.session_result import SessionResult, job_figures, queue_figures
 from kgpu.framework.session_snapshot import Snapshot
+from kgpu.framework.topology_config import Topology
 from kgpu.model.queue import guarantee_ceilings
 from kgpu.plugins import names
 from kgpu.plugins.registry import build_session_plugins
 from kgpu.plugins.session.proportion import capacity
+from kgpu.plugins.session.topology import TopologyPlugin
 
 ACTIONS: Mapping[str, type[Action]] = {
     "enqueue": Enqueue,
@@ -62,6 +64,8 @@ class SessionConfig(BaseModel):
     actions: tuple[str, ...] = DEFAULT_ACTIONS
     plugins: tuple[str, ...] = DEFAULT_PLUGINS
     plugin_args: dict[str, dict[str, Any]] = {}
+    # The profile's topology levels; with any, the topology plugin joins every session.
+    topology: Topology = Topology()
 
     def model_post_init(self, context: Any, /) -> None:
         unknown = [a for a in self.actions if a not in ACTIONS]
@@ -71,14 +75,29 @@ class SessionConfig(BaseModel):
             )
 
 
+def topology_problem(profile: Profile) -> str | None:
+    """Why the profile's topology levels cannot be used with its filters, if so."""
+    if profile.topology.levels and names.NODE_SELECTOR not in profile.filters:
+        return (
+            f"profile {profile.name!r} declares topology levels but does not list the "
+            f"{names.NODE_SELECTOR} filter, which holds a gang's pods to a domain"
+        )
+    return None
+
+
 def session_config(profile: Profile) -> SessionConfig:
     """The session part of a profile (its ``pluginArgs.session``), defaults where absent."""
     args = dict(profile.plugin_args.get("session", {}))
-    return SessionConfig(plugin_args=profile.plugin_args, **args)
+    problem = topology_problem(profile)
+    if problem is not None:
+        raise ValueError(problem)
+    return SessionConfig(plugin_args=profile.plugin_args, topology=profile.topology, **args)
 
 
 def open_session(snapshot: Snapshot, scheduler: Scheduler, config: SessionConfig) -> Session:
     plugins = build_session_plugins(config.plugins, config.plugin_args)
+    if config.topology.levels:
+        plugins.append(TopologyPlugin(config.topology))
     if any(queue.guarantee for queue in snapshot.queues):
         # Volcano's guarantee is lent to no one: the others' limits leave it free. Only
         # Volcano's Queues have one, so no other session changes (or pays for the sum).

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kgpu.framework.defrag_config import Defragmentation
+from kgpu.framework.topology_config import Topology
 
 
 class WeightedPlugin(BaseModel):
@@ -32,3 +33,5 @@ class Profile(BaseModel):
     plugin_args: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="pluginArgs")
     # Off unless the profile turns it on (``defragmentation: {enabled: true}``).
     defragmentation: Defragmentation = Field(default_factory=Defragmentation)
+    # No levels unless the profile declares them: gangs are then placed without topology.
+    topology: Topology = Field(default_factory=Topology)

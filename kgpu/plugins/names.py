@@ -35,3 +35,6 @@ CAPACITY_CARD: Final = "capacity-card"
 # Devices: what no GPU of the cluster can hold (PreFilter), NVLink islands (score).
 GPU_REQUEST_CHECK: Final = "GpuRequestCheck"
 GPU_TOPOLOGY: Final = "GpuTopology"
+
+# Topology-aware placement of gangs: added to a session when the profile declares levels.
+TOPOLOGY: Final = "topology"
