@@ -140,7 +140,7 @@ class EventRecorder:
         namespace = body["metadata"]["namespace"]
         for attempt in range(_ATTEMPTS):
             try:
-                self.client.create(EVENTS, body, namespace)
+                self.client.create(EVENTS, body, namespace, read_answer=False)
             except Conflict:
                 body["metadata"]["name"] += "0"  # the same name twice in a nanosecond
             except TemporaryError as exc:
