@@ -131,6 +131,15 @@ def test_merge_patch_preconditions(double: KubeDouble, client: KubeClient) -> No
     assert client.patch(PODS, "p", fresh, "default")["metadata"]["annotations"]["a"] == "b"
 
 
+def test_an_answer_not_read_is_not_decoded_but_its_errors_still_raise(
+    double: KubeDouble, client: KubeClient
+) -> None:
+    assert client.create(PODS, pod_obj("p"), "default", read_answer=False) == {}
+    assert client.get(PODS, "p", "default")["metadata"]["name"] == "p"
+    with pytest.raises(Conflict):
+        client.create(PODS, pod_obj("p"), "default", read_answer=False)
+
+
 def test_a_binding_sets_node_and_annotations_in_one_write(
     double: KubeDouble, client: KubeClient
 ) -> None:

@@ -18,6 +18,27 @@ def test_documents_orjson_refuses_read_and_write_as_json_does() -> None:
     assert json.loads(json_codec.dumps(lone)) == lone
 
 
+def test_long_numbers_found_in_bytes_as_in_text() -> None:
+    # The bytes check (a translate and a search) finds the runs the text's expression does.
+    cases = [
+        b'{"big": 1234567890123456789}',  # 19 digits: json keeps the integer exact
+        b'{"big": 123456789012345678}',  # 18: orjson's
+        b'{"s": "x1234567890123456789y"}',
+        b'{"a": 12345678901234567, "b": 12}',
+        b'{"t": "\xc3\xa9 9999999999999999999"}',
+        b'{"t": "\xd9\xa1\xd9\xa2 123"}',  # Arabic-Indic digits are not ASCII digits
+        b"",
+    ]
+    for raw in cases:
+        text = raw.decode()
+        assert json_codec._has_long_number(raw) == json_codec._has_long_number(text), raw
+        assert json_codec._has_long_number(raw) == (
+            json_codec._LONG_NUMBER.search(text) is not None
+        )
+        if raw:
+            assert repr(json_codec.loads(raw)) == repr(json.loads(raw))
+
+
 def test_ordinary_documents_round_trip() -> None:
     obj = {"metadata": {"name": "p", "annotations": {"k": "ü"}}, "spec": {"n": [1, 2.5, None]}}
     assert json_codec.loads(json_codec.dumps(obj)) == obj

@@ -3,6 +3,7 @@ double failing on purpose: nothing lost, nothing allocated twice."""
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 import urllib.request
@@ -321,6 +322,25 @@ def test_an_idle_scheduler_builds_no_snapshots(double: KubeDouble, start: Start)
     woken = sessions_run(scheduler)
     assert woken > settled
     wait_until(lambda: sessions_run(scheduler) > woken)  # b's retry, 0.5 s later
+
+
+def test_the_collector_runs_less_often_while_a_scheduler_runs(
+    double: KubeDouble, start: Start
+) -> None:
+    """The young-generation threshold is raised while the scheduler runs and given back
+    when it stops; one already higher is left as it is."""
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, before[1], before[2])
+        scheduler = start()
+        assert gc.get_threshold() == (10_000, before[1], before[2])
+        scheduler.stop()
+        assert gc.get_threshold() == (700, before[1], before[2])
+        gc.set_threshold(50_000, before[1], before[2])
+        start(gc_threshold=20_000).stop()
+        assert gc.get_threshold()[0] == 50_000
+    finally:
+        gc.set_threshold(*before)
 
 
 # ------------------------------------------------- the Binding carries the allocation

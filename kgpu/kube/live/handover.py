@@ -147,9 +147,9 @@ class HandOver:
             return
         outcome = bind_pod(self.client, obj, bind.node, annotations)
         if outcome.check_s:
-            self.metrics.attempt_latency.labels("check").observe(outcome.check_s)
+            self.metrics.check_latency.observe(outcome.check_s)
         if outcome.result != BindResult.REJECTED or outcome.bind_s:
-            self.metrics.attempt_latency.labels("bind").observe(outcome.bind_s)
+            self.metrics.bind_latency.observe(outcome.bind_s)
         self._settle(obj, bind, entry, outcome, message, back_off=True)
 
     def _settle(
@@ -181,7 +181,7 @@ class HandOver:
         if outcome.result in (BindResult.GONE, BindResult.REJECTED):
             self._wake.set()  # the reservation went: other pods may fit now
         if outcome.result == BindResult.BOUND:
-            self.metrics.attempts.labels("scheduled").inc()
+            self.metrics.scheduled.inc()
             if waited is not None:
                 self.metrics.pod_latency.observe(waited)
             self.recorder.emit(obj, NORMAL, "Scheduled", message)

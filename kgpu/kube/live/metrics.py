@@ -103,6 +103,11 @@ class SchedulerMetrics:
         )
         for result in ("scheduled", "unschedulable", "error"):
             self.attempts.labels(result)
+        # The series every bind touches, looked up once: ``labels`` takes a lock and builds
+        # a key on each call, three times a bound pod.
+        self.scheduled = self.attempts.labels("scheduled")
+        self.check_latency = self.attempt_latency.labels("check")
+        self.bind_latency = self.attempt_latency.labels("bind")
         self.queue = _family(
             r,
             "kgpu_queue_",

@@ -57,6 +57,8 @@ class Fields:
 
     def mapping(self, parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
         value = parent.get(key)
+        if type(value) is dict:  # as decoded from JSON: skip the slower ABC check
+            return value
         if value is None:
             return {}
         if not isinstance(value, Mapping):
@@ -70,7 +72,7 @@ class Fields:
         if not isinstance(value, list):
             raise self.fail(field, value, "a list")
         for i, item in enumerate(value):
-            if not isinstance(item, Mapping):
+            if type(item) is not dict and not isinstance(item, Mapping):
                 raise self.fail(f"{field}[{i}]", item, "a mapping")
         return value
 

@@ -348,7 +348,9 @@ def _container_requests(
 
 def _add(total: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
     for name, value in more.items():
-        total[name] = total.get(name, Fraction(0)) + value
+        # A first value is taken as it is: Fraction(0) + value is the same, at a Fraction
+        # construction and an addition more (most pods have one container).
+        total[name] = total[name] + value if name in total else value
 
 
 def _at_least(total: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:

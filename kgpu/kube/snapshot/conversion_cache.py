@@ -67,10 +67,14 @@ class PodReading:
 
 def pod_fields(obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
     """(spec.schedulerName, spec.nodeName, status.phase, being deleted), read leniently."""
+    # As decoded from JSON they are dicts: the ABC check only for anything else (this runs
+    # for every watch event and every pod of every session).
     spec = obj.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
+    if type(spec) is not dict and not isinstance(spec, Mapping):
+        spec = {}
     status = obj.get("status")
-    status = status if isinstance(status, Mapping) else {}
+    if type(status) is not dict and not isinstance(status, Mapping):
+        status = {}
     return (
         str(spec.get("schedulerName") or "default-scheduler"),
         str(spec.get("nodeName") or ""),
