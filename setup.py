@@ -58,18 +58,23 @@ COMPILED = [
     "kgpu/model/resources.py",
     "kgpu/plugins/node/best_fit.py",
     "kgpu/plugins/node/device_choice.py",
+    "kgpu/plugins/node/fgd.py",
     "kgpu/plugins/node/gpu_fit.py",
     "kgpu/plugins/node/gpu_random.py",
     "kgpu/plugins/node/gpu_request_check.py",
     "kgpu/plugins/node/gpu_slots.py",
     "kgpu/plugins/node/gpu_tightest.py",
     "kgpu/plugins/node/resource_fit.py",
+    "kgpu/plugins/node/strand_aware_fgd.py",
     "kgpu/plugins/session/capacity_card.py",
     "kgpu/plugins/session/gang.py",
     "kgpu/plugins/session/priority_order.py",
     "kgpu/plugins/session/proportion.py",
     "kgpu/state/cluster.py",
     "kgpu/state/device_tables.py",
+    "kgpu/state/fragmentation.py",
+    "kgpu/state/leftover.py",
+    "kgpu/state/node_classes.py",
 ]
 
 
