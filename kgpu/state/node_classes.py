@@ -22,6 +22,8 @@ from kgpu.state.cluster import ClusterState, IntArray
 MIN_NODES = 256
 # Split only where at most this share of the nodes are states of their own.
 MAX_STATE_SHARE = 0.5
+# Past this many nodes to renumber at once, their distinct rows are found first.
+_FEW_ROWS = 64
 
 
 class NodeClasses:
@@ -55,9 +57,16 @@ class NodeClasses:
             )
         ).astype(np.int64)
         ids = self._ids
-        of = self._of
-        for node, row in zip(changed.tolist(), rows, strict=True):
-            of[node] = ids.setdefault(row.tobytes(), len(ids))
+        if len(changed) > _FEW_ROWS:
+            # Many nodes at once (the first decision): their distinct rows are few, so look
+            # those up and spread the ids, instead of a lookup per node.
+            distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+            found = [ids.setdefault(row.tobytes(), len(ids)) for row in distinct]
+            self._of[changed] = np.array(found, dtype=np.int64)[inverse.ravel()]
+        else:
+            of = self._of
+            for node, row in zip(changed.tolist(), rows, strict=True):
+                of[node] = ids.setdefault(row.tobytes(), len(ids))
         self._seen[changed] = clocks[stale]
 
     def split(self, state: ClusterState, nodes: IntArray) -> tuple[IntArray, IntArray] | None:
