@@ -335,18 +335,19 @@ class ClusterState:
         n = alloc.node
         if alloc.pod in self.allocations:
             raise AllocationError(f"pod {alloc.pod} is already allocated")
+        # Every trial of victims puts its pods back: the GPU rows read once as lists, not
+        # element by element as numpy scalars.
+        gpu_free = self.gpu_free[n].tolist() if alloc.gpus else []
+        mem_free = self.gpu_mem_free[n].tolist() if alloc.gpu_memory else []
         short = (
             self.cpu_free[n] < alloc.cpu_milli
             or self.mem_free[n] < alloc.memory_mib
             or self.pods[n] >= self.max_pods[n]
-            or any(self.gpu_free[n, g] < alloc.gpu_milli for g in alloc.gpus)
-            or any(
-                self.gpu_mem_free[n, g] < mib
-                for g, mib in zip(alloc.gpus, alloc.gpu_memory, strict=False)
-            )
+            or any(gpu_free[g] < alloc.gpu_milli for g in alloc.gpus)
+            or any(mem_free[g] < mib for g, mib in zip(alloc.gpus, alloc.gpu_memory, strict=False))
             or (alloc.mig_count > 0 and self.mig_free[n, alloc.mig_profile] < alloc.mig_count)
-            or bool(set(alloc.rdma) & self.busy("rdma", n))
-            or bool(set(alloc.fpga) & self.busy("fpga", n))
+            or bool(alloc.rdma and set(alloc.rdma) & self.busy("rdma", n))
+            or bool(alloc.fpga and set(alloc.fpga) & self.busy("fpga", n))
         )
         if short:
             raise AllocationError(
@@ -368,7 +369,11 @@ class ClusterState:
             free = row.tolist()
             for g in gpus:
                 free[g] += milli
-            row[:] = free
+            if len(gpus) <= 4:  # a few slots written back: cheaper than the row from a list
+                for g in gpus:
+                    row[g] = free[g]
+            else:
+                row[:] = free
             self.gpu_free_total[n] += milli * len(gpus)
             self.gpu_idle_count[n] = free.count(MILLI_PER_GPU)
             self.gpu_max_free[n] = max(free)
