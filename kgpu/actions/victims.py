@@ -209,6 +209,9 @@ def _try_node(
     they do not, or if it would take more than ``most`` victims (the best node's count:
     this node can then no longer beat it)."""
     trial = session.statement()
+    state = session.state
+    allocations, clocks = state.allocations, state.node_clock
+    stamps: dict[int, int] = {}  # the victims' nodes' clocks before the trial
     victims: list[list[Task]] = []
     chosen: list[Unit] = []
     ranks: list[int] = []
@@ -222,6 +225,9 @@ def _try_node(
         if not tasks or (trial.ops and not session.callbacks.victim_ok(job, tasks, reclaim)):
             continue
         for victim in tasks:
+            where = allocations[victim.pod.key].node
+            if where not in stamps:
+                stamps[where] = int(clocks[where])
             # Undone: the kind is never read.
             trial.evict(victim, EvictionKind.PREEMPTED, "", unit.job)
         victims.append(tasks)
@@ -232,6 +238,10 @@ def _try_node(
             fits = True
             break
     trial.discard()
+    # Every node is as it was: what was worked out of it before stays good. Nothing in the
+    # trial brought a shape's cache up to date (``fits`` runs the filters on the node
+    # alone), which is what ``restamp`` asks.
+    state.restamp(stamps)
     if not fits:
         return None
     return _Choice(node, chosen, victims, (count, max(ranks), sum(ranks)))

@@ -21,7 +21,7 @@ Invariants, checked on every change (a violation is a bug and raises
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -355,6 +355,21 @@ class ClusterState:
             )
         self._apply(alloc, -1)
         self.allocations[alloc.pod] = alloc
+
+    def restamp(self, stamps: Mapping[int, int]) -> None:
+        """Put nodes' ``node_clock`` stamps back to ``stamps``, taken before a trial whose
+        every release was restored since (each node exactly as it was then), so that what
+        was worked out of them before the trial holds again: a trial of victims otherwise
+        marks its node changed for every shape's cache, whose next cycle redoes it.
+
+        Only after a trial during which no cache that compares stamps with an earlier
+        ``clock`` (``ShapeCache``: ``node_clock > seen_at``) was brought up to date: it
+        would take what it saw mid-trial for the node as it is. Caches that keep the stamp
+        they saw and compare for equality are safe: ``clock`` itself never goes back, so a
+        stamp taken mid-trial is never seen again."""
+        clocks = self.node_clock
+        for n, stamp in stamps.items():
+            clocks[n] = stamp
 
     def _apply(self, alloc: Allocation, sign: int) -> None:
         # Unpacked once: locals are cheaper than a dozen attribute reads on the hot path.
