@@ -49,7 +49,7 @@ def _flat(array: IntArray) -> memoryview:
     """A flat view of ``array``'s own memory (row after row), whose items are Python ints."""
     if array.dtype != np.int64 or not array.flags.c_contiguous:
         raise TypeError(f"a flat view needs a C-contiguous int64 array, not {array.dtype}")
-    return array.data.cast("B").cast("q")
+    return array.reshape(-1).data  # a C-contiguous array's reshape is a view of it
 
 
 class ClusterState:
