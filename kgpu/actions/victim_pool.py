@@ -231,7 +231,7 @@ class VictimPool:
         """What the pods of this pool's units hold on ``node`` now, worked out again only
         once something on the node was allocated or released (its clock moved): a pod's
         searches look at the same first nodes, and most of them find no room there."""
-        clock = int(session.state.node_clock[node])
+        clock = session.state.stamp(node)
         found = self._held.get(node)
         if found is not None and found[0] == clock:
             return found[1]

@@ -167,6 +167,26 @@ class ClusterState:
             self._label_masks[(key, value)] = mask
         return mask
 
+    # One node's figures as Python ints, read through the flat views (see __init__): the
+    # victim search and the placer ask them of one node at a time, thousands of times a
+    # session, where indexing the arrays makes a numpy scalar of each.
+
+    def room(self, node: int) -> tuple[int, int, int]:
+        """``node``'s free milli-CPU, free MiB and free pod slots."""
+        return self._cpu_v[node], self._mem_v[node], self._max_pods_v[node] - self._pods_v[node]
+
+    def gpu_row(self, node: int) -> list[int]:
+        """The free milli of each GPU slot of ``node`` (slots past its GPUs hold 0)."""
+        return self._row(self._gpu_v, node)
+
+    def gpu_summary(self, node: int) -> tuple[int, int]:
+        """How many of ``node``'s GPUs are wholly free, and the most free milli of one."""
+        return self._idle_v[node], self._max_free_v[node]
+
+    def stamp(self, node: int) -> int:
+        """``node``'s ``node_clock``: the ``clock`` of its last change."""
+        return self._clock_v[node]
+
     def node_gpus_free(self, node: int) -> list[int]:
         return [int(v) for v in self.gpu_free[node, : self.gpu_count[node]]]
 
