@@ -145,6 +145,8 @@ class ClusterState:
         self._kinds_v = _flat(self.gpu_pod_kinds)
         self._odd_v = _flat(self.gpu_odd)
         self._clock_v = _flat(self.node_clock)
+        self._count_v = _flat(self.gpu_count)
+        self._mem_cap_v = _flat(self.gpu_mem_cap)
 
     # ----------------------------------------------------------------- reading
 
@@ -290,20 +292,15 @@ class ClusterState:
             return Allocation(pod.key, node, gpu_ids, 0, pod.cpu_milli, pod.memory_mib)
         milli = pod.gpu.milli
         free = self._row(self._gpu_v, node)
-        count = int(self.gpu_count[node])
+        count = self._count_v[node]
         for g in gpu_ids:
             if not 0 <= g < count or free[g] < milli:
                 raise AllocationError(
                     f"pod {pod.key} needs {milli} milli on GPU {g} of {self.nodes[node].name}"
                 )
-        if len(gpu_ids) == 1:  # one element: cheaper than the row as a list
-            memory: tuple[int, ...] = (
-                int(self.gpu_mem_cap[node, gpu_ids[0]]) * milli // MILLI_PER_GPU,
-            )
-        else:
-            caps = self.gpu_mem_cap[node].tolist()
-            memory = tuple([caps[g] * milli // MILLI_PER_GPU for g in gpu_ids])
-        if self.odd_total and self.gpu_odd[node]:  # elsewhere compute implies memory
+        caps, start = self._mem_cap_v, node * self._width
+        memory = tuple([caps[start + g] * milli // MILLI_PER_GPU for g in gpu_ids])
+        if self.odd_total and self._odd_v[node]:  # elsewhere compute implies memory
             self._gpu_needs(pod, node, gpu_ids, None)
         return Allocation(pod.key, node, gpu_ids, milli, pod.cpu_milli, pod.memory_mib, memory)
 
