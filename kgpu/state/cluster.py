@@ -26,10 +26,12 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from kgpu.model.card import node_cards
 from kgpu.model.devices import NodeDevices
 from kgpu.model.gpu import GpuKind
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
+from kgpu.model.resources import MILLI
 from kgpu.model.topology import GpuLinks, nearest
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.state.device_tables import DeviceTables, free_devices, gpu_need
@@ -123,6 +125,7 @@ class ClusterState:
         self.clock = 0
         self.node_clock = np.zeros(n, dtype=np.int64)
         self._label_masks: dict[tuple[str, str], BoolArray] = {}
+        self._offered_cards: dict[str, int] | None = None  # made when first asked
 
         # The figures every change writes, seen again flat through memoryviews of the same
         # memory: one node's figures read and written as Python ints, where indexing the
@@ -160,6 +163,20 @@ class ClusterState:
     @property
     def used_gpu_milli(self) -> int:
         return self.total_gpu_milli - int(self.gpu_free_total.sum())
+
+    def offered_cards(self) -> Mapping[str, int]:
+        """The milli-cards the schedulable nodes offer, by card name (``node_cards``, in the
+        order the nodes first offer them): fixed facts, so worked out once. Every session
+        asks as it opens (fair shares) and as it closes (queue figures), and it is a walk
+        of every node's labels."""
+        if self._offered_cards is None:
+            offered: dict[str, int] = {}
+            for n in self.schedulable.nonzero()[0].tolist():
+                info = self.nodes[n]
+                for card in node_cards(info.labels, info.gpu_count):
+                    offered[card.name] = offered.get(card.name, 0) + card.count * MILLI
+            self._offered_cards = offered
+        return self._offered_cards
 
     def label_mask(self, key: str, value: str) -> BoolArray:
         """Nodes whose label ``key`` equals ``value``; labels are fixed per node, so cached."""
