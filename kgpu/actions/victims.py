@@ -205,11 +205,9 @@ def _try_node(
     they do not, or if it would take more than ``most`` victims (the best node's count:
     this node can then no longer beat it)."""
     trial = session.statement()
-    state, ledger, paths = session.state, session.ledger, session.tree.path
+    state = session.state
     allocations = state.allocations
     stamps: dict[int, int] = {}  # the victims' nodes' clocks before the trial
-    accounts = ledger.version  # the accounts' version before it, and queues' stamps
-    queue_stamps: dict[int, int] = {}
     victims: list[list[Task]] = []
     chosen: list[Unit] = []
     ranks: list[int] = []
@@ -222,9 +220,6 @@ def _try_node(
         # Until the first eviction the state is the one ``units`` were judged and kept on.
         if not tasks or (trial.ops and not session.callbacks.victim_ok(job, tasks, reclaim)):
             continue
-        for q in paths[unit.job.queue]:
-            if q not in queue_stamps:
-                queue_stamps[q] = ledger.changed[q]
         for victim in tasks:
             where = allocations[victim.pod.key].node
             if where not in stamps:
@@ -239,12 +234,10 @@ def _try_node(
             fits = True
             break
     trial.discard()
-    # Every node and every account is as it was: what was worked out of them before stays
-    # good. Nothing in the trial brought a shape's cache up to date (``fits`` runs the
-    # filters on the node alone), which is what ``restamp`` asks; the judges' caches
-    # compare versions for equality, which is what ``rewind`` asks.
+    # Every node is as it was: what was worked out of it before stays good. Nothing in the
+    # trial brought a shape's cache up to date (``fits`` runs the filters on the node
+    # alone), which is what ``restamp`` asks.
     state.restamp(stamps)
-    ledger.rewind(accounts, queue_stamps)
     if not fits:
         return None
     return _Choice(node, chosen, victims, (count, max(ranks), sum(ranks)))

@@ -61,33 +61,17 @@ class QueueLedger:
         self.inqueue: list[Vector] = [{} for _ in range(n)]
         self.demand: list[Vector] = [{} for _ in range(n)]
         self.fair: list[Vector] = [{} for _ in range(n)]
-        # A new version on every change: what was derived from the accounts at another
-        # version is stale (``rewind`` may go back to one of the same accounts). Versions
-        # are never given out twice, so that the ones seen mid-trial are never seen again.
-        self.version = 0
-        self._issued = 0
+        self.version = 0  # ticks on every change: what is derived from the accounts is stale
         self.changed: list[int] = [0] * n  # the version of each queue's last change
         # Volcano's cardUnlimitedCpuMemory: pods that hold a card are not held to the
         # CPU and memory limits of their queue.
         self.card_unlimited_cpu_memory = False
 
     def charge(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
-        self._issued += 1
-        self.version = self._issued
+        self.version += 1
         for q in self.tree.path[queue]:
             add(self.allocated[q], vec, sign)
             self.changed[q] = self.version
-
-    def rewind(self, version: int, changed: Mapping[int, int]) -> None:
-        """Back to ``version``, and the queues of ``changed`` to their stamps then, after a
-        trial whose every charge was undone since (each account as it was): what was
-        derived from the accounts before the trial holds again. For what compares versions
-        and stamps for equality only: what was derived mid-trial carries a version given
-        out then, which is never current again; a cache taking any version at least as
-        recent as a queue's stamp would take it for now."""
-        self.version = version
-        for q, stamp in changed.items():
-            self.changed[q] = stamp
 
     def admit(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
         for q in self.tree.path[queue]:

@@ -57,14 +57,12 @@ class Proportion:
         ratios: dict[int, tuple[int, float]] = {}
 
         def ratio(queue: int) -> float:
-            """The queue's dominant ratio, kept with the stamp of the queue's account it was
-            worked out at, for as long as that stamp stands (``QueueLedger.rewind``)."""
-            stamp = ledger.changed[queue]
+            """The queue's dominant ratio, kept until the queue's account next changes."""
             found = ratios.get(queue)
-            if found is not None and found[0] == stamp:
+            if found is not None and found[0] >= ledger.changed[queue]:
                 return found[1]
             value = dominant_ratio(ledger.allocated[queue], ledger.fair[queue])
-            ratios[queue] = (stamp, value)
+            ratios[queue] = (ledger.version, value)
             return value
 
         def within_fair(queues: Iterable[int], need: Mapping[str, int]) -> bool:
