@@ -175,20 +175,3 @@ def test_ledger_charges_the_path_and_checks_every_limit_on_it() -> None:
     assert short.message == "queue team: cpu requested 6.5, allocated 2, quota 8"
     assert show_vector({"gpu": 500, "memory": 1024, "T4": 2000}) == "memory 1024Mi, gpu 0.5, T4 2"
 
-
-def test_a_rewound_ledger_is_back_at_its_version_and_never_gives_one_twice() -> None:
-    tree = QueueTree([QueueSpec("org"), QueueSpec("team", parent="org"), QueueSpec("other")])
-    ledger = QueueLedger(tree)
-    team, other = tree.index["team"], tree.index["other"]
-    ledger.charge(other, {"gpu": 1000})
-    ledger.charge(team, {"gpu": 1000})
-    version, changed = ledger.version, list(ledger.changed)
-    stamps = {q: ledger.changed[q] for q in tree.path[team]}
-    ledger.charge(team, {"gpu": 500}, -1)  # a trial's eviction, then its undoing
-    mid = ledger.version
-    ledger.charge(team, {"gpu": 500})
-    ledger.rewind(version, stamps)
-    assert (ledger.version, ledger.changed) == (version, changed)
-    assert ledger.allocated[team] == {"gpu": 1000}
-    ledger.charge(other, {"gpu": 1000})
-    assert ledger.version > mid  # what was derived mid-trial is never current again
