@@ -174,4 +174,3 @@ def test_ledger_charges_the_path_and_checks_every_limit_on_it() -> None:
     assert short is not None and short.code == "InsufficientCPUQuota"
     assert short.message == "queue team: cpu requested 6.5, allocated 2, quota 8"
     assert show_vector({"gpu": 500, "memory": 1024, "T4": 2000}) == "memory 1024Mi, gpu 0.5, T4 2"
-
