@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kgpu.model.card import PRODUCT_LABEL
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.state.cluster import AllocationError, ClusterState
@@ -147,3 +150,41 @@ def test_restore_refuses_when_the_room_is_taken() -> None:
         state.restore(first)
     assert "default/first" not in state.allocations
     assert int(state.gpu_free[0, 0]) == 500
+
+
+def test_a_nodes_figures_read_one_by_one_are_the_arrays() -> None:
+    state = _cluster()
+    state.allocate(make_pod("s").share(300).build(), 0, [3])
+    state.allocate(make_pod("w").gpus(2).cpu(4000).build(), 1, [0, 1])
+    for n in range(len(state)):
+        slots = int(state.max_pods[n] - state.pods[n])
+        assert state.room(n) == (int(state.cpu_free[n]), int(state.mem_free[n]), slots)
+        assert state.gpu_row(n) == state.gpu_free[n].tolist()
+        assert state.gpu_summary(n) == (int(state.gpu_idle_count[n]), int(state.gpu_max_free[n]))
+        assert state.stamp(n) == int(state.node_clock[n])
+
+
+def test_restamp_gives_a_trials_nodes_their_clocks_back_but_never_the_clock() -> None:
+    state = _cluster()
+    held = state.allocate(make_pod("p").share(500).build(), 0, [0])
+    before, clock = state.node_clock.copy(), state.clock
+    stamps = {0: state.stamp(0)}
+    state.restore(state.release(held.pod))
+    assert state.stamp(0) > int(before[0])
+    state.restamp(stamps)
+    assert np.array_equal(state.node_clock, before)
+    assert state.clock == clock + 2  # stamps seen mid-trial are never seen again
+
+
+def test_the_cards_nodes_offer_are_those_of_the_schedulable_ones_worked_out_once() -> None:
+    a100 = make_node("a").gpus(8, "A100").label(PRODUCT_LABEL, "NVIDIA-A100-80GB")
+    state = ClusterState(
+        [
+            a100.build(),
+            make_node("t").gpus(2, "T4").label(PRODUCT_LABEL, "Tesla-T4").build(),
+            replace(a100, name="cordoned").cordoned().build(),
+            make_node("c").build(),
+        ]
+    )
+    assert state.offered_cards() == {"NVIDIA-A100-80GB": 8000, "Tesla-T4": 2000}
+    assert state.offered_cards() is state.offered_cards()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from hypothesis import given, settings
@@ -133,3 +134,60 @@ def test_unused_share_of_a_subtree_flows_to_its_parents_siblings() -> None:
     )
     assert shares["p"] == {"gpu": 2 * G} and shares["p1"] == {"gpu": 2 * G}
     assert shares["q"] == {"gpu": 8 * G}
+
+
+def _divide_in_fractions(amount: int, claims: list[Claim]) -> list[int]:
+    """``divide`` as rational arithmetic spells it (``Fraction`` offers): what the integer
+    cross-multiplications must give."""
+    give = [min(c.deserved, c.want) for c in claims]
+    quoted = sum(give)
+    if quoted > amount:
+        exact = [Fraction(g * amount, quoted) for g in give]
+        out = [math.floor(x) for x in exact]
+        ranked = sorted(range(len(out)), key=lambda i: (out[i] - exact[i], i))
+        for i in ranked[: amount - sum(out)]:
+            out[i] += 1
+        return out
+    left = amount - quoted
+    for level in sorted({c.priority for c in claims}, reverse=True):
+        active = [
+            i
+            for i, c in enumerate(claims)
+            if c.priority == level and give[i] < c.want and c.weight > 0
+        ]
+        while left > 0 and active:
+            weights = sum(claims[i].weight for i in active)
+            offer = {i: left * claims[i].weight / weights for i in active}
+            sated = [i for i in active if claims[i].want - give[i] <= offer[i]]
+            if sated:
+                for i in sated:
+                    left -= claims[i].want - give[i]
+                    give[i] = claims[i].want
+                active = [i for i in active if i not in sated]
+                continue
+            floors = {i: math.floor(offer[i]) for i in active}
+            for i in active:
+                give[i] += floors[i]
+                left -= floors[i]
+            for i in sorted(active, key=lambda i: (floors[i] - offer[i], i))[:left]:
+                give[i] += 1
+                left -= 1
+            break
+    return give
+
+
+wide_claim = st.builds(
+    Claim,
+    deserved=st.integers(0, 10**6),
+    want=st.integers(0, 10**6),
+    weight=st.sampled_from(
+        [Fraction(0), Fraction(1), Fraction(3), Fraction(1, 3), Fraction(0.1), Fraction(2.5)]
+    ),
+    priority=st.integers(0, 2),
+)
+
+
+@given(amount=st.integers(0, 4 * 10**6), claims=st.lists(wide_claim, min_size=1, max_size=7))
+@settings(max_examples=300, deadline=None)
+def test_division_in_integers_is_the_exact_rational_one(amount: int, claims: list[Claim]) -> None:
+    assert divide(amount, claims) == _divide_in_fractions(amount, claims)

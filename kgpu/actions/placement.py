@@ -167,15 +167,12 @@ class Placer:
         before enough is free: this answers those for a few array reads, not a filter pass.
         """
         state = self.session.state
-        if self._checks_room and (
-            state.cpu_free[node] < pod.cpu_milli
-            or state.mem_free[node] < pod.memory_mib
-            or state.pods[node] >= state.max_pods[node]
-        ):
-            return False
+        if self._checks_room:
+            cpu, memory, slots = state.room(node)
+            if cpu < pod.cpu_milli or memory < pod.memory_mib or slots < 1:
+                return False
         gpu = pod.gpu
         if self._checks_gpus and gpu.plain and gpu.count:
-            if gpu.is_shared:
-                return bool(state.gpu_max_free[node] >= gpu.milli)
-            return bool(state.gpu_idle_count[node] >= gpu.count)
+            idle, most = state.gpu_summary(node)
+            return most >= gpu.milli if gpu.is_shared else idle >= gpu.count
         return True

@@ -11,7 +11,7 @@ are in no unit. Which units to evict for a pod, and where, is :mod:`kgpu.actions
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from kgpu.framework.session import Session
@@ -135,14 +135,19 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
     return _Plan(count, placed, order[0][2], extras, gang)
 
 
-def _buckets(session: Session, jobs: Iterable[JobInfo]) -> dict[tuple[object, ...], list[_Entry]]:
-    """The units the running pods of ``jobs`` form, by (extra?, plugins' key)."""
+def _buckets(
+    session: Session, jobs: Iterable[JobInfo]
+) -> tuple[dict[tuple[object, ...], list[_Entry]], dict[tuple[object, ...], list[_Entry]]]:
+    """The units the running pods of ``jobs`` form, by the plugins' key: the extras', and
+    the gangs'. (Two tables, not one keyed by (extra?, *key): a tuple less to make and hash
+    a job, for the same order, extras first.)"""
     plans = session.scratch.get(PLANS)
     if plans is None:
         plans = {}
         session.scratch.set(PLANS, plans)
     head_of = session.callbacks.victim_head
-    buckets: dict[tuple[object, ...], list[_Entry]] = {}
+    extras: dict[tuple[object, ...], list[_Entry]] = {}
+    gangs: dict[tuple[object, ...], list[_Entry]] = {}
     for job in jobs:
         if job.queue < 0 or not job.running:
             continue
@@ -154,18 +159,18 @@ def _buckets(session: Session, jobs: Iterable[JobInfo]) -> dict[tuple[object, ..
             continue
         head = head_of(job, plan.youngest)  # once a job: plugins judge jobs, not pods
         if plan.extras:
-            found = buckets.get((False, *head))
+            found = extras.get(head)
             if found is None:
-                buckets[(False, *head)] = list(plan.extras)
+                extras[head] = list(plan.extras)
             else:
                 found.extend(plan.extras)
         if plan.gang is not None:
-            found = buckets.get((True, *head))
+            found = gangs.get(head)
             if found is None:
-                buckets[(True, *head)] = [plan.gang]
+                gangs[head] = [plan.gang]
             else:
                 found.append(plan.gang)
-    return buckets
+    return extras, gangs
 
 
 class VictimPool:
@@ -183,7 +188,7 @@ class VictimPool:
         # buckets sorted, and in each the units by (-started, pod): the same order as one
         # sort by the whole key, as keys are unique, for a comparison of two numbers and a
         # string a unit. Each unit is made once its rank is known.
-        buckets = _buckets(session, jobs)
+        extras, gangs = _buckets(session, jobs)
         self.units: list[Unit] = []
         self.by_node: dict[int, list[Unit]] = {}
         self._by_queue: dict[int, list[Unit]] | None = None  # made when first asked
@@ -193,18 +198,19 @@ class VictimPool:
         # clocks then (``hopeless``).
         self._hopeless: dict[tuple[object, ...], dict[int, int]] = {}
         units, by_node = self.units, self.by_node
-        for order in sorted(buckets):
-            bucket = buckets[order]
-            bucket.sort()  # by (-started, pod): unique, so nothing further is compared
-            for _, _, job, task, nodes in bucket:
-                unit = Unit(job, task, len(units), nodes)
-                units.append(unit)
-                for node in nodes:
-                    found = by_node.get(node)
-                    if found is None:
-                        by_node[node] = [unit]
-                    else:
-                        found.append(unit)
+        for buckets in (extras, gangs):
+            for head in sorted(buckets):
+                bucket = buckets[head]
+                bucket.sort()  # by (-started, pod): unique, so nothing further is compared
+                for _, _, job, task, nodes in bucket:
+                    unit = Unit(job, task, len(units), nodes)
+                    units.append(unit)
+                    for node in nodes:
+                        found = by_node.get(node)
+                        if found is None:
+                            by_node[node] = [unit]
+                        else:
+                            found.append(unit)
 
     @property
     def by_queue(self) -> dict[int, list[Unit]]:
@@ -225,7 +231,7 @@ class VictimPool:
         """What the pods of this pool's units hold on ``node`` now, worked out again only
         once something on the node was allocated or released (its clock moved): a pod's
         searches look at the same first nodes, and most of them find no room there."""
-        clock = int(session.state.node_clock[node])
+        clock = session.state.stamp(node)
         found = self._held.get(node)
         if found is not None and found[0] == clock:
             return found[1]
@@ -267,5 +273,24 @@ class VictimPool:
         """The units of ``queues`` (all if None), in victim order."""
         if queues is None:
             return self.units
-        lists = [self.by_queue[q] for q in sorted(queues) if q in self.by_queue]
-        return heapq.merge(*lists, key=lambda unit: unit.rank)
+        return _merged([self.by_queue[q] for q in sorted(queues) if q in self.by_queue])
+
+
+def _merged(lists: list[list[Unit]]) -> Iterator[Unit]:
+    """The units of ``lists`` (each in rank order) in rank order: ``heapq.merge``'s work,
+    but compiled with the rest (``heapq.merge`` is Python, with a call of its key a unit,
+    and searches mostly stop after a few units of a merge of some twenty queues)."""
+    heap = [(units[0].rank, i) for i, units in enumerate(lists) if units]
+    heapq.heapify(heap)
+    at = [0] * len(lists)
+    while heap:
+        i = heap[0][1]
+        units = lists[i]
+        here = at[i]
+        yield units[here]
+        here += 1
+        at[i] = here
+        if here < len(units):
+            heapq.heapreplace(heap, (units[here].rank, i))
+        else:
+            heapq.heappop(heap)

@@ -63,7 +63,7 @@ def make_room(
     best: _Choice | None = None
     tried = scanned = 0
     seen: set[int] = set()
-    hopeless, clocks = pool.hopeless(pod, queues), session.state.node_clock
+    hopeless, state = pool.hopeless(pod, queues), session.state
     # Nodes come in the order of their first unit, found walking the units in order.
     for first in pool.stream(queues):
         if tried >= MAX_NODES or scanned >= MAX_SCANNED:
@@ -77,10 +77,11 @@ def make_room(
                 continue
             seen.add(node)
             scanned += 1
-            if hopeless.get(node) == clocks[node]:
+            stamp = state.stamp(node)
+            if hopeless.get(node) == stamp:
                 continue
             if not _may_fit(session, pool, pod, node, queues):
-                hopeless[node] = int(clocks[node])
+                hopeless[node] = stamp
                 continue  # not even with every pod the pool holds there gone
             # First the cheap bound with every unit the node offers: most nodes lack room
             # even then and need no judging (half the judgements of a steady session).
@@ -136,11 +137,8 @@ def _may_fit(
     """A cheaper, looser bound than ``_could_fit``: the node's free room plus what every
     pod of the pool's units (of ``queues``) holds there, whether or not its unit may go."""
     state = session.state
-    cpu = int(state.cpu_free[node])
-    mem = int(state.mem_free[node])
-    slots = int(state.max_pods[node] - state.pods[node])
-    want = pod.gpu
-    gpus: list[int] | None = state.gpu_free[node].tolist() if want.count else None
+    cpu, mem, slots = state.room(node)
+    gpus: list[int] | None = state.gpu_row(node) if pod.gpu.count else None
     for queue, held_cpu, held_mem, milli, held_gpus in pool.held(session, node):
         if queues is not None and queue not in queues:
             continue
@@ -159,10 +157,8 @@ def _could_fit(session: Session, pod: PodSpec, node: int, victims: list[Task]) -
     wholly free). A pod listed twice (an extra is in its job's gang unit too) counts once:
     counted twice, its GPU would show more than whole and never wholly free."""
     state = session.state
-    cpu = int(state.cpu_free[node])
-    mem = int(state.mem_free[node])
-    slots = int(state.max_pods[node] - state.pods[node])
-    gpus: list[int] = state.gpu_free[node].tolist()
+    cpu, mem, slots = state.room(node)
+    gpus: list[int] = state.gpu_row(node)
     allocations = state.allocations
     counted: set[str] = set()
     for t in victims:
@@ -209,6 +205,9 @@ def _try_node(
     they do not, or if it would take more than ``most`` victims (the best node's count:
     this node can then no longer beat it)."""
     trial = session.statement()
+    state = session.state
+    allocations = state.allocations
+    stamps: dict[int, int] = {}  # the victims' nodes' clocks before the trial
     victims: list[list[Task]] = []
     chosen: list[Unit] = []
     ranks: list[int] = []
@@ -222,6 +221,9 @@ def _try_node(
         if not tasks or (trial.ops and not session.callbacks.victim_ok(job, tasks, reclaim)):
             continue
         for victim in tasks:
+            where = allocations[victim.pod.key].node
+            if where not in stamps:
+                stamps[where] = state.stamp(where)
             # Undone: the kind is never read.
             trial.evict(victim, EvictionKind.PREEMPTED, "", unit.job)
         victims.append(tasks)
@@ -232,6 +234,10 @@ def _try_node(
             fits = True
             break
     trial.discard()
+    # Every node is as it was: what was worked out of it before stays good. Nothing in the
+    # trial brought a shape's cache up to date (``fits`` runs the filters on the node
+    # alone), which is what ``restamp`` asks.
+    state.restamp(stamps)
     if not fits:
         return None
     return _Choice(node, chosen, victims, (count, max(ranks), sum(ranks)))

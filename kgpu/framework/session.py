@@ -44,6 +44,16 @@ from kgpu.model.resources import BASE, CPU, GPU, MEMORY, Vector, add
 from kgpu.state.cluster import Allocation
 
 
+def _position(tasks: list[Task], task: Task) -> int:
+    """Where ``task`` sits in one of its job's lists. By identity: ``list.index`` compares
+    with ``==``, a dataclass's generated ``__eq__`` (Python even in the compiled build) for
+    every task before it; a job's lists hold each of its tasks once, as the same object."""
+    for i, other in enumerate(tasks):
+        if other is task:
+            return i
+    return tasks.index(task)  # an equal task that is not the same object, if ever
+
+
 def _card_units(card: str, gpu: GpuRequest, milli: int) -> int:
     """Milli-cards a pod counts as ``card``, given the milli-GPU it counts: a whole card
     counts the GPU share, which for a memory-only request is ``milli`` (``card_units``
@@ -386,7 +396,7 @@ class Session:
         that hold the job give it: finding it from the pod is a lookup among every pod."""
         if job is None:
             job = self.job_for(task)
-        index = job.pending.index(task)
+        index = _position(job.pending, task)
         alloc = self.state.allocate(task.pod, node, gpus)
         vec = self.charge(task, alloc, card)
         self.ledger.charge(job.queue, vec)
@@ -398,7 +408,8 @@ class Session:
     def unassign(self, op: Op) -> None:
         self.state.release(op.task.pod.key)
         self.ledger.charge(op.job.queue, op.vec, -1)
-        op.job.placed.remove(op.task)
+        placed = op.job.placed
+        del placed[_position(placed, op.task)]
         op.job.pending.insert(op.index, op.task)
         self.releases += 1
 
@@ -409,7 +420,7 @@ class Session:
         ``assign`` returns it."""
         if job is None:
             job = self.job_for(task)
-        index = job.running.index(task)
+        index = _position(job.running, task)
         alloc = self.state.release(task.pod.key)
         vec = self.charge(task, alloc, self.cards.get(task.pod.key))
         self.ledger.charge(job.queue, vec, -1)

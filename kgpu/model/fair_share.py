@@ -61,35 +61,50 @@ def divide(amount: int, claims: Sequence[Claim]) -> list[int]:
 
 
 def _scale(give: list[int], amount: int) -> list[int]:
-    """``give`` scaled to sum to ``amount``: floors, then a unit each to the largest fractions."""
+    """``give`` scaled to sum to ``amount``: floors, then a unit each to the largest fractions.
+
+    In integers: ``g × amount ÷ quoted`` is its floor plus remainder ÷ quoted, so the
+    largest fractions are the largest remainders (the smallest, were ``quoted`` negative)."""
     quoted = sum(give)
-    exact = [Fraction(g * amount, quoted) for g in give]
-    out = [math.floor(x) for x in exact]
+    parts = [divmod(g * amount, quoted) for g in give]
+    out = [whole for whole, _ in parts]
     rest = amount - sum(out)
-    for i in sorted(range(len(out)), key=lambda i: (out[i] - exact[i], i))[:rest]:
+    sign = 1 if quoted > 0 else -1
+    for i in sorted(range(len(out)), key=lambda i: (-sign * parts[i][1], i))[:rest]:
         out[i] += 1
     return out
 
 
 def _water_fill(left: int, members: list[int], give: list[int], claims: Sequence[Claim]) -> int:
-    active = [i for i in members if give[i] < claims[i].want and claims[i].weight > 0]
+    """Exact rational arithmetic in integers: the weights over their common denominator,
+    and each offer ``left × weight ÷ Σ weights`` compared and floored by cross-multiplying
+    (``Fraction`` arithmetic, Python even in the compiled build, was most of a session's
+    fair shares)."""
+    active = [i for i in members if give[i] < claims[i].want and claims[i].weight.numerator > 0]
+    if not active:
+        return left
+    common = math.lcm(*[claims[i].weight.denominator for i in active])
+    weight = {
+        i: claims[i].weight.numerator * (common // claims[i].weight.denominator) for i in active
+    }
     while left > 0 and active:
-        weights = sum(claims[i].weight for i in active)
-        offer = {i: left * claims[i].weight / weights for i in active}
-        sated = [i for i in active if claims[i].want - give[i] <= offer[i]]
+        weights = sum(weight[i] for i in active)
+        # want - give <= left × w ÷ Σ w, with Σ w > 0
+        sated = [i for i in active if (claims[i].want - give[i]) * weights <= left * weight[i]]
         if sated:
             for i in sated:
                 left -= claims[i].want - give[i]
                 give[i] = claims[i].want
             active = [i for i in active if i not in sated]
             continue
-        floors = {i: math.floor(offer[i]) for i in active}
+        offers = {i: divmod(left * weight[i], weights) for i in active}
         for i in active:
-            give[i] += floors[i]
-            left -= floors[i]
+            give[i] += offers[i][0]
+            left -= offers[i][0]
         # Fewer units than children are left; each still needs more than its offer, so one
-        # more unit never takes a child past what it wants.
-        for i in sorted(active, key=lambda i: (floors[i] - offer[i], i))[:left]:
+        # more unit never takes a child past what it wants. The largest fractions of an
+        # offer (remainder ÷ Σ w) first.
+        for i in sorted(active, key=lambda i: (-offers[i][1], i))[:left]:
             give[i] += 1
             left -= 1
         break
@@ -116,6 +131,14 @@ def fair_shares(
         names.update(spec.deserved, wanted[i])
     resources = sorted(names)
     fair: list[Vector] = [{} for _ in range(len(tree))]
+    # Queues share a few weights: each made a Fraction once (``Fraction(float)`` is slow).
+    exact: dict[float, Fraction] = {}
+
+    def exactly(weight: float) -> Fraction:
+        found = exact.get(weight)
+        if found is None:
+            found = exact[weight] = Fraction(weight)
+        return found
 
     def split(share: Mapping[str, int], kids: list[int]) -> None:
         for r in resources:
@@ -126,7 +149,7 @@ def fair_shares(
                 if r in spec.limit:
                     want = min(want, spec.limit[r])
                 claims.append(
-                    Claim(spec.deserved.get(r, 0), want, Fraction(spec.weight(r)), spec.priority)
+                    Claim(spec.deserved.get(r, 0), want, exactly(spec.weight(r)), spec.priority)
                 )
             for k, amount in zip(kids, divide(share.get(r, 0), claims), strict=True):
                 if amount:

@@ -21,15 +21,17 @@ Invariants, checked on every change (a violation is a bug and raises
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from kgpu.model.card import node_cards
 from kgpu.model.devices import NodeDevices
 from kgpu.model.gpu import GpuKind
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
+from kgpu.model.resources import MILLI
 from kgpu.model.topology import GpuLinks, nearest
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.state.device_tables import DeviceTables, free_devices, gpu_need
@@ -43,6 +45,13 @@ BoolArray = npt.NDArray[np.bool_]
 
 # Serial numbers tell states apart where id() could be reused by a later object.
 _serials = itertools.count(1)
+
+
+def _flat(array: IntArray) -> memoryview:
+    """A flat view of ``array``'s own memory (row after row), whose items are Python ints."""
+    if array.dtype != np.int64 or not array.flags.c_contiguous:
+        raise TypeError(f"a flat view needs a C-contiguous int64 array, not {array.dtype}")
+    return array.reshape(-1).data  # a C-contiguous array's reshape is a view of it
 
 
 class ClusterState:
@@ -116,6 +125,31 @@ class ClusterState:
         self.clock = 0
         self.node_clock = np.zeros(n, dtype=np.int64)
         self._label_masks: dict[tuple[str, str], BoolArray] = {}
+        self._offered_cards: dict[str, int] | None = None  # made when first asked
+
+        # The figures every change writes, seen again flat through memoryviews of the same
+        # memory: one node's figures read and written as Python ints, where indexing the
+        # arrays makes a numpy scalar of each (most of a change's cost). The arrays are
+        # never rebound, only written in place, so the views stay theirs.
+        self._width = self.gpu_free.shape[1]
+        if self.gpu_mem_free.shape != self.gpu_free.shape:
+            raise ValueError(
+                f"GPU memory by slot {self.gpu_mem_free.shape}, milli {self.gpu_free.shape}"
+            )
+        self._cpu_v = _flat(self.cpu_free)
+        self._mem_v = _flat(self.mem_free)
+        self._pods_v = _flat(self.pods)
+        self._max_pods_v = _flat(self.max_pods)
+        self._gpu_v = _flat(self.gpu_free)
+        self._gpu_mem_v = _flat(self.gpu_mem_free)
+        self._gpu_total_v = _flat(self.gpu_free_total)
+        self._idle_v = _flat(self.gpu_idle_count)
+        self._max_free_v = _flat(self.gpu_max_free)
+        self._kinds_v = _flat(self.gpu_pod_kinds)
+        self._odd_v = _flat(self.gpu_odd)
+        self._clock_v = _flat(self.node_clock)
+        self._count_v = _flat(self.gpu_count)
+        self._mem_cap_v = _flat(self.gpu_mem_cap)
 
     # ----------------------------------------------------------------- reading
 
@@ -130,6 +164,20 @@ class ClusterState:
     def used_gpu_milli(self) -> int:
         return self.total_gpu_milli - int(self.gpu_free_total.sum())
 
+    def offered_cards(self) -> Mapping[str, int]:
+        """The milli-cards the schedulable nodes offer, by card name (``node_cards``, in the
+        order the nodes first offer them): fixed facts, so worked out once. Every session
+        asks as it opens (fair shares) and as it closes (queue figures), and it is a walk
+        of every node's labels."""
+        if self._offered_cards is None:
+            offered: dict[str, int] = {}
+            for n in self.schedulable.nonzero()[0].tolist():
+                info = self.nodes[n]
+                for card in node_cards(info.labels, info.gpu_count):
+                    offered[card.name] = offered.get(card.name, 0) + card.count * MILLI
+            self._offered_cards = offered
+        return self._offered_cards
+
     def label_mask(self, key: str, value: str) -> BoolArray:
         """Nodes whose label ``key`` equals ``value``; labels are fixed per node, so cached."""
         mask = self._label_masks.get((key, value))
@@ -137,6 +185,26 @@ class ClusterState:
             mask = np.array([nd.labels.get(key) == value for nd in self.nodes], dtype=np.bool_)
             self._label_masks[(key, value)] = mask
         return mask
+
+    # One node's figures as Python ints, read through the flat views (see __init__): the
+    # victim search and the placer ask them of one node at a time, thousands of times a
+    # session, where indexing the arrays makes a numpy scalar of each.
+
+    def room(self, node: int) -> tuple[int, int, int]:
+        """``node``'s free milli-CPU, free MiB and free pod slots."""
+        return self._cpu_v[node], self._mem_v[node], self._max_pods_v[node] - self._pods_v[node]
+
+    def gpu_row(self, node: int) -> list[int]:
+        """The free milli of each GPU slot of ``node`` (slots past its GPUs hold 0)."""
+        return self._row(self._gpu_v, node)
+
+    def gpu_summary(self, node: int) -> tuple[int, int]:
+        """How many of ``node``'s GPUs are wholly free, and the most free milli of one."""
+        return self._idle_v[node], self._max_free_v[node]
+
+    def stamp(self, node: int) -> int:
+        """``node``'s ``node_clock``: the ``clock`` of its last change."""
+        return self._clock_v[node]
 
     def node_gpus_free(self, node: int) -> list[int]:
         return [int(v) for v in self.gpu_free[node, : self.gpu_count[node]]]
@@ -208,9 +276,9 @@ class ClusterState:
         want = req.gpu_slots
         if len(gpu_ids) != want or len(set(gpu_ids)) != want:
             raise AllocationError(f"pod {pod.key} needs {want} distinct GPUs, got {gpu_ids}")
-        if self.cpu_free[node] < pod.cpu_milli or self.mem_free[node] < pod.memory_mib:
+        if self._cpu_v[node] < pod.cpu_milli or self._mem_v[node] < pod.memory_mib:
             raise AllocationError(f"pod {pod.key} does not fit node {self.nodes[node].name}")
-        if self.pods[node] >= self.max_pods[node]:
+        if self._pods_v[node] >= self._max_pods_v[node]:
             raise AllocationError(f"node {self.nodes[node].name} is at its pod limit")
         if req.plain and need is None and rdma is None and fpga is None:
             return self._plan_plain(pod, node, gpu_ids)
@@ -240,21 +308,16 @@ class ClusterState:
         if not gpu_ids:
             return Allocation(pod.key, node, gpu_ids, 0, pod.cpu_milli, pod.memory_mib)
         milli = pod.gpu.milli
-        free = self.gpu_free[node].tolist()
-        count = int(self.gpu_count[node])
+        free = self._row(self._gpu_v, node)
+        count = self._count_v[node]
         for g in gpu_ids:
             if not 0 <= g < count or free[g] < milli:
                 raise AllocationError(
                     f"pod {pod.key} needs {milli} milli on GPU {g} of {self.nodes[node].name}"
                 )
-        if len(gpu_ids) == 1:  # one element: cheaper than the row as a list
-            memory: tuple[int, ...] = (
-                int(self.gpu_mem_cap[node, gpu_ids[0]]) * milli // MILLI_PER_GPU,
-            )
-        else:
-            caps = self.gpu_mem_cap[node].tolist()
-            memory = tuple([caps[g] * milli // MILLI_PER_GPU for g in gpu_ids])
-        if self.odd_total and self.gpu_odd[node]:  # elsewhere compute implies memory
+        caps, start = self._mem_cap_v, node * self._width
+        memory = tuple([caps[start + g] * milli // MILLI_PER_GPU for g in gpu_ids])
+        if self.odd_total and self._odd_v[node]:  # elsewhere compute implies memory
             self._gpu_needs(pod, node, gpu_ids, None)
         return Allocation(pod.key, node, gpu_ids, milli, pod.cpu_milli, pod.memory_mib, memory)
 
@@ -335,18 +398,18 @@ class ClusterState:
         n = alloc.node
         if alloc.pod in self.allocations:
             raise AllocationError(f"pod {alloc.pod} is already allocated")
+        # Every trial of victims puts its pods back: read through the views (see __init__).
+        gpu_free = self._row(self._gpu_v, n) if alloc.gpus else []
+        mem_free = self._row(self._gpu_mem_v, n) if alloc.gpu_memory else []
         short = (
-            self.cpu_free[n] < alloc.cpu_milli
-            or self.mem_free[n] < alloc.memory_mib
-            or self.pods[n] >= self.max_pods[n]
-            or any(self.gpu_free[n, g] < alloc.gpu_milli for g in alloc.gpus)
-            or any(
-                self.gpu_mem_free[n, g] < mib
-                for g, mib in zip(alloc.gpus, alloc.gpu_memory, strict=False)
-            )
+            self._cpu_v[n] < alloc.cpu_milli
+            or self._mem_v[n] < alloc.memory_mib
+            or self._pods_v[n] >= self._max_pods_v[n]
+            or any(gpu_free[g] < alloc.gpu_milli for g in alloc.gpus)
+            or any(mem_free[g] < mib for g, mib in zip(alloc.gpus, alloc.gpu_memory, strict=False))
             or (alloc.mig_count > 0 and self.mig_free[n, alloc.mig_profile] < alloc.mig_count)
-            or bool(set(alloc.rdma) & self.busy("rdma", n))
-            or bool(set(alloc.fpga) & self.busy("fpga", n))
+            or bool(alloc.rdma and set(alloc.rdma) & self.busy("rdma", n))
+            or bool(alloc.fpga and set(alloc.fpga) & self.busy("fpga", n))
         )
         if short:
             raise AllocationError(
@@ -355,43 +418,57 @@ class ClusterState:
         self._apply(alloc, -1)
         self.allocations[alloc.pod] = alloc
 
+    def restamp(self, stamps: Mapping[int, int]) -> None:
+        """Put nodes' ``node_clock`` stamps back to ``stamps``, taken before a trial whose
+        every release was restored since (each node exactly as it was then), so that what
+        was worked out of them before the trial holds again: a trial of victims otherwise
+        marks its node changed for every shape's cache, whose next cycle redoes it.
+
+        Only after a trial during which no cache that compares stamps with an earlier
+        ``clock`` (``ShapeCache``: ``node_clock > seen_at``) was brought up to date: it
+        would take what it saw mid-trial for the node as it is. Caches that keep the stamp
+        they saw and compare for equality are safe: ``clock`` itself never goes back, so a
+        stamp taken mid-trial is never seen again."""
+        clocks = self._clock_v
+        for n, stamp in stamps.items():
+            clocks[n] = stamp
+
+    def _row(self, view: memoryview, node: int) -> list[int]:
+        """``node``'s row of a (nodes, GPU slots) figure, from its flat view."""
+        start = node * self._width
+        return view[start : start + self._width].tolist()
+
     def _apply(self, alloc: Allocation, sign: int) -> None:
         # Unpacked once: locals are cheaper than a dozen attribute reads on the hot path.
+        # Written through the flat views (see __init__): Python ints, no numpy scalars.
         _, n, gpus, gpu_milli, cpu, memory, gpu_memory, odd, _, mig_count, rdma, fpga = alloc
-        self.cpu_free[n] += sign * cpu
-        self.mem_free[n] += sign * memory
-        self.pods[n] -= sign
+        self._cpu_v[n] += sign * cpu
+        self._mem_v[n] += sign * memory
+        self._pods_v[n] -= sign
         if gpus:
-            # One row of at most a few dozen slots: Python over its list beats numpy here.
             milli = sign * gpu_milli
-            row = self.gpu_free[n]
-            free = row.tolist()
+            width = self._width
+            start = n * width
+            view = self._gpu_v
             for g in gpus:
-                free[g] += milli
-            row[:] = free
-            self.gpu_free_total[n] += milli * len(gpus)
-            self.gpu_idle_count[n] = free.count(MILLI_PER_GPU)
-            self.gpu_max_free[n] = max(free)
-            self.gpu_pod_kinds[n, 0 if gpu_milli < MILLI_PER_GPU else len(gpus)] -= sign
-            if not gpu_memory[0]:
-                pass  # GPUs of unknown memory (a trace) account none
-            elif len(gpus) <= 4:  # a few elements: cheaper than the row as a list
-                mem_free = self.gpu_mem_free
+                view[start + g] += milli
+            free: list[int] = view[start : start + width].tolist()
+            self._gpu_total_v[n] += milli * len(gpus)
+            self._idle_v[n] = free.count(MILLI_PER_GPU)
+            self._max_free_v[n] = max(free)
+            kind = 0 if gpu_milli < MILLI_PER_GPU else len(gpus)
+            self._kinds_v[n * (width + 1) + kind] -= sign
+            if gpu_memory[0]:  # GPUs of unknown memory (a trace) account none
+                mem_view = self._gpu_mem_v
                 for g, mib in zip(gpus, gpu_memory, strict=True):
-                    mem_free[n, g] += sign * mib
-            else:
-                mem_row = self.gpu_mem_free[n]
-                mem_free = mem_row.tolist()
-                for g, mib in zip(gpus, gpu_memory, strict=True):
-                    mem_free[g] += sign * mib
-                mem_row[:] = mem_free
+                    mem_view[start + g] += sign * mib
             if odd:
-                self.gpu_odd[n] -= sign
+                self._odd_v[n] -= sign
                 self.odd_total -= sign
         if mig_count or rdma or fpga:
             self._apply_devices(alloc, sign)
         self.clock += 1
-        self.node_clock[n] = self.clock
+        self._clock_v[n] = self.clock
 
     def _apply_devices(self, alloc: Allocation, sign: int) -> None:
         n = alloc.node

@@ -91,6 +91,8 @@ class CapacityCard:
                         add(inqueue[q], {card: count * MILLI})
 
         def enqueueable(job: JobInfo, vec: Vector) -> Status | None:
+            if not job.spec.card_request:
+                return None  # most jobs: no card to judge, nothing to charge once admitted
             charge: Vector = {}
             for alternatives, count in job.spec.card_request.items():
                 refusals = []
@@ -111,9 +113,10 @@ class CapacityCard:
             return None
 
         def admitted(job: JobInfo) -> None:
-            charge = chosen.pop(job.key, {})
-            for q in tree.path[job.queue]:
-                add(inqueue[q], charge)
+            charge = chosen.pop(job.key, None)
+            if charge:
+                for q in tree.path[job.queue]:
+                    add(inqueue[q], charge)
 
         def allocatable(job: JobInfo, task: Task, vec: Vector) -> Status | None:
             for card, units in vec.items():

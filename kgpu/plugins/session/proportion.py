@@ -22,10 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from kgpu.framework.session import Session, SessionPlugin
-from kgpu.model.card import node_cards
 from kgpu.model.fair_share import dominant_ratio, fair_shares
 from kgpu.model.job import JobInfo, Task
-from kgpu.model.resources import CPU, GPU, MEMORY, MILLI, Vector, mig_share
+from kgpu.model.resources import CPU, GPU, MEMORY, Vector, mig_share
 from kgpu.plugins import names
 from kgpu.state.cluster import ClusterState
 
@@ -43,10 +42,8 @@ def capacity(state: ClusterState) -> Vector:
         instances = state.mig_cap[ok].sum(axis=0).tolist()
         for profile, count in zip(state.mig_profiles, instances, strict=True):
             cap[GPU] += count * mig_share(profile)
-    for n in ok.nonzero()[0].tolist():
-        info = state.nodes[n]
-        for card in node_cards(info.labels, info.gpu_count):
-            cap[card.name] = cap.get(card.name, 0) + card.count * MILLI
+    for name, units in state.offered_cards().items():
+        cap[name] = cap.get(name, 0) + units
     return cap
 
 
