@@ -291,6 +291,8 @@ def simulate_manifests(
         if r.device_allocated:  # what koordlet would read on the pod
             line = f"{r.pod}: scheduling.koordinator.sh/device-allocated {r.device_allocated}"
             console.print(printable(line), markup=False, highlight=False)
+        for line in r.resource_claims:  # DRA: what the claim's status.allocation would say
+            console.print(printable(f"{r.pod}: claim {line}"), markup=False, highlight=False)
     count = Counter(r.status for r in run.results)
     placed = count[PodStatus.RUNNING] + count[PodStatus.SCHEDULED]
     moved = (

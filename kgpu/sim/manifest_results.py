@@ -28,9 +28,11 @@ class PodResult:
     message: str = ""
     # scheduling.koordinator.sh/device-allocated, for a pod that asked in Koordinator's names
     device_allocated: str = ""
+    # DRA: each claim's allocation, "ns/claim: request=driver/pool/device (node n)"
+    resource_claims: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "pod": self.pod,
             "source": self.source,
             "status": str(self.status),
@@ -41,6 +43,8 @@ class PodResult:
         }
         if self.device_allocated:  # only then: the other pods' output stays as it was
             out["device_allocated"] = self.device_allocated
+        if self.resource_claims:  # likewise
+            out["resource_claims"] = list(self.resource_claims)
         return out
 
 
