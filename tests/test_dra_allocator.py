@@ -4,12 +4,13 @@ taken, consumable capacity, where slices reach, and the reasons it gives."""
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
 from kgpu.dra.allocator import MAX_STEPS, Allocated, Refused
 from kgpu.dra.inventory import DraInventory
-from kgpu.model.dra import PodClaim
+from kgpu.model.dra import PodClaim, device_id
 from tests.dra_fixtures import A100, claim, exactly, gpu, inventory, mig, slice_, template, wants
 
 MEM40 = "device.capacity['gpu.nvidia.com'].memory >= quantity('40Gi')"
@@ -26,9 +27,9 @@ def refused(outcome: Allocated | Refused) -> str:
 
 
 def one(
-    requests: list[dict[str, object]],
-    constraints: list[dict[str, object]] | None = None,
-    *slices: dict[str, object],
+    requests: list[dict[str, Any]],
+    constraints: list[dict[str, Any]] | None = None,
+    *slices: dict[str, Any],
 ) -> DraInventory:
     inv = inventory(
         list(slices) or [slice_("n1", gpu(0), gpu(1), gpu(2, A100, "40Gi", "Ampere"))],
@@ -215,7 +216,7 @@ def test_first_available_takes_the_first_alternative_that_works() -> None:
 
 
 def test_first_available_backtracks_when_a_later_request_needs_the_device() -> None:
-    requests = [
+    requests: list[dict[str, Any]] = [
         {
             "name": "any",
             "firstAvailable": [
@@ -384,7 +385,7 @@ def test_capacity_requests_filter_and_consumable_capacity_shares_a_device() -> N
     # 90Gi would not fit in gpu-0; gpu-1 is not shareable but has 40Gi for one request.
     assert devices(inv.record("ml/r", "n1", {}), "ml/c") == ["g=gpu-1"]
     inv.release("ml/p")
-    assert inv.in_use.consumed["gpu.nvidia.com/n1/gpu-0"] == {
+    assert inv.in_use.consumed[device_id("gpu.nvidia.com", "n1", "gpu-0")] == {
         "gpu.nvidia.com/memory": Fraction(30 * 2**30)
     }
 

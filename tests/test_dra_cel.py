@@ -56,8 +56,14 @@ def run(expression: str) -> tuple[bool, str]:
         ("device.capacity['gpu.nvidia.com'].multiprocessors.asInteger() == 132", True),
         ("quantity('1.5') == 1.5", True),
         # versions: compared as semantic versions, not as text
-        ("device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(semver('550.9.0'))", True),
-        ("device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('550.54.15')) == 0", True),
+        (
+            "device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(semver('550.9.0'))",
+            True,
+        ),
+        (
+            "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('550.54.15')) == 0",
+            True,
+        ),
         ("semver('1.0.0-rc.1').isLessThan(semver('1.0.0'))", True),
         # guards against a missing attribute
         ("'uuid' in device.attributes['gpu.nvidia.com']", False),

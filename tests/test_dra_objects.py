@@ -81,9 +81,10 @@ def test_a_slice_of_gpus_and_mig_devices_is_read() -> None:
     assert whole.attributes["gpu.nvidia.com/migEnabled"] is False
     assert whole.attributes["gpu.nvidia.com/driverVersion"] == parse_semver("550.54.15")
     assert whole.capacity == {"gpu.nvidia.com/memory": Fraction(80 * 2**30)}
-    assert part.attributes["gpu.nvidia.com/parentUUID"] == whole.attributes[
-        "gpu.nvidia.com/uuid"
-    ].replace("00000000", "00000001", 1)
+    assert part.attributes["gpu.nvidia.com/type"] == "mig"
+    assert (
+        part.attributes["gpu.nvidia.com/parentUUID"] == "GPU-00000001-0000-4000-8000-000000000000"
+    )
 
 
 def test_a_claim_with_every_request_form_is_read() -> None:

@@ -48,7 +48,9 @@ class DraClaims:
         if reason is None:
             if len(self._reasons) >= MAX_REASONS:
                 self._reasons.clear()
-            reason = self._reasons[text] = Reason(CODE, f"node(s) cannot allocate the claims: {text}")
+            reason = self._reasons[text] = Reason(
+                CODE, f"node(s) cannot allocate the claims: {text}"
+            )
         return reason
 
     def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
