@@ -120,3 +120,14 @@ def test_pods_without_claims_pass_and_pods_with_them_are_filtered() -> None:
     # Without DRA objects the plugin lets every pod through.
     bare = DraClaims()
     assert bare.filter(CycleState(state, pod), pod, nodes).ok.tolist() == [True, True]
+
+
+def test_explain_of_a_pending_pod_names_the_request_that_failed() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["simulate", "manifests", str(EXAMPLES), "--explain", "ml/big"],
+        env={"COLUMNS": "300"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "Pod ml/big is pending" in result.output
+    assert 'claim ml/big-gpu request "gpu": needs 1 device(s), 0 of 2 fit' in result.output

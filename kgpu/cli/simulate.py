@@ -319,7 +319,8 @@ def _explain_simulated(directory: Path, policy: str, run: ManifestRun, pod: str)
     from kgpu.config import load_profile
     from kgpu.kube.explain.explanation import explain_bound, explain_object, explain_unreadable
     from kgpu.kube.objects.node_pod import object_ref
-    from kgpu.plugins.registry import build_scheduler
+    from kgpu.plugins.registry import PluginContext
+    from kgpu.sim.manifest_dra import dra_scheduler
     from kgpu.sim.manifest_results import PodStatus
     from kgpu.sim.manifests import read_documents
 
@@ -343,7 +344,7 @@ def _explain_simulated(directory: Path, policy: str, run: ManifestRun, pod: str)
         for d in read_documents(directory)
         if d.kind == "Pod" and object_ref("Pod", d.obj) == f"Pod {key}"
     )
-    scheduler = build_scheduler(load_profile(policy))
+    scheduler = dra_scheduler(load_profile(policy), PluginContext(dra=run.dra))
     lines = explain_object(run.state, doc.obj, scheduler, None).lines()
     # A session's reason may be the queue's or the gang's, which the nodes do not show.
     return [f"Pod {key} waits: {result.message}", *lines] if run.session else lines

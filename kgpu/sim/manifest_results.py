@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kgpu.dra.inventory import DraInventory
 from kgpu.state.cluster import ClusterState
 
 
@@ -55,6 +56,7 @@ class ManifestRun:
     results: list[PodResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     session: bool = False  # placed by a session (Queues or PodGroups in the manifests)
+    dra: DraInventory | None = None  # the DRA objects, their claims as the run left them
 
     def to_json(self) -> dict[str, Any]:
         state = self.state

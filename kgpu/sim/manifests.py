@@ -65,8 +65,8 @@ from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins.node.gpu_fit import GpuFit
 from kgpu.plugins.node.resource_fit import NodeResourcesFit
-from kgpu.plugins.registry import PluginContext, build_scheduler
-from kgpu.sim.manifest_dra import dra_inventory, render_claims, with_dra_filter
+from kgpu.plugins.registry import PluginContext
+from kgpu.sim.manifest_dra import dra_inventory, dra_scheduler, render_claims
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
 from kgpu.sim.manifest_session import session_results
 from kgpu.sim.manifest_workspaces import is_workspace, workspace_pods
@@ -354,13 +354,8 @@ def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
     dra = dra_inventory(converted.dra, converted.pod_claims, converted.notes)
     context = PluginContext(typical_pods=typical_pods(p.spec for p in pods), dra=dra)
     profile = load_profile(policy)
-    if dra is not None:
-        profile = with_dra_filter(profile)
-    scheduler = build_scheduler(profile, context)
-    if dra is not None:
-        # DraClaims' verdicts depend on devices taken anywhere, not on the pod's shape.
-        scheduler.use_cache = False
-    run = ManifestRun(policy, state, notes=converted.notes)
+    scheduler = dra_scheduler(profile, context)
+    run = ManifestRun(policy, state, notes=converted.notes, dra=dra)
     running: list[_Pod] = []
     for pod in pods:
         if pod.node_name:
