@@ -165,7 +165,8 @@ def test_lists_other_kinds_and_broken_nodes(tmp_path: Path) -> None:
     ]
     assert READ_HERE == (
         "simulate manifests reads Nodes, Pods, PriorityClasses, Queues and PodGroups (kgpu.io, "
-        "KAI's, Volcano's), Volcano Jobs, Devices (kgpu.io, Koordinator's) and KAITO Workspaces"
+        "KAI's, Volcano's), Volcano Jobs, Devices (kgpu.io, Koordinator's), KAITO Workspaces and "
+        "DRA's DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates"
     )
 
 

@@ -291,6 +291,8 @@ def simulate_manifests(
         if r.device_allocated:  # what koordlet would read on the pod
             line = f"{r.pod}: scheduling.koordinator.sh/device-allocated {r.device_allocated}"
             console.print(printable(line), markup=False, highlight=False)
+        for line in r.resource_claims:  # DRA: what the claim's status.allocation would say
+            console.print(printable(f"{r.pod}: claim {line}"), markup=False, highlight=False)
     count = Counter(r.status for r in run.results)
     placed = count[PodStatus.RUNNING] + count[PodStatus.SCHEDULED]
     moved = (
@@ -317,7 +319,8 @@ def _explain_simulated(directory: Path, policy: str, run: ManifestRun, pod: str)
     from kgpu.config import load_profile
     from kgpu.kube.explain.explanation import explain_bound, explain_object, explain_unreadable
     from kgpu.kube.objects.node_pod import object_ref
-    from kgpu.plugins.registry import build_scheduler
+    from kgpu.plugins.registry import PluginContext
+    from kgpu.sim.manifest_dra import dra_scheduler
     from kgpu.sim.manifest_results import PodStatus
     from kgpu.sim.manifests import read_documents
 
@@ -341,7 +344,7 @@ def _explain_simulated(directory: Path, policy: str, run: ManifestRun, pod: str)
         for d in read_documents(directory)
         if d.kind == "Pod" and object_ref("Pod", d.obj) == f"Pod {key}"
     )
-    scheduler = build_scheduler(load_profile(policy))
+    scheduler = dra_scheduler(load_profile(policy), PluginContext(dra=run.dra))
     lines = explain_object(run.state, doc.obj, scheduler, None).lines()
     # A session's reason may be the queue's or the gang's, which the nodes do not show.
     return [f"Pod {key} waits: {result.message}", *lines] if run.session else lines

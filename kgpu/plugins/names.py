@@ -38,3 +38,6 @@ GPU_TOPOLOGY: Final = "GpuTopology"
 
 # Topology-aware placement of gangs: added to a session when the profile declares levels.
 TOPOLOGY: Final = "topology"
+
+# Dynamic Resource Allocation: nodes where the pod's ResourceClaims can be allocated.
+DRA_CLAIMS: Final = "DraClaims"

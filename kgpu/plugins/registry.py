@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any
 
+from kgpu.dra.inventory import DraInventory
 from kgpu.framework.group_scheduler import GroupScheduler
 from kgpu.framework.groups import (
     GroupFilterPlugin,
@@ -36,6 +37,7 @@ from kgpu.plugins.group.resource_utilization_scorer import ResourceUtilizationSc
 from kgpu.plugins.node.best_fit import BestFit
 from kgpu.plugins.node.device_choice import DeviceChoice
 from kgpu.plugins.node.dot_product import DotProduct
+from kgpu.plugins.node.dra_claims import DraClaims
 from kgpu.plugins.node.fgd import FgdScore
 from kgpu.plugins.node.gpu_clustering import GpuClustering
 from kgpu.plugins.node.gpu_fit import GpuFit
@@ -60,11 +62,13 @@ from kgpu.state.fragmentation import TypicalPod
 
 @dataclass(frozen=True, slots=True)
 class PluginContext:
-    """What plugins may need beyond their arguments: the run's seed and the workload's
-    typical pods (for fragmentation-aware scores)."""
+    """What plugins may need beyond their arguments: the run's seed, the workload's
+    typical pods (for fragmentation-aware scores) and the cluster's DRA objects (for
+    ResourceClaims)."""
 
     seed: int = 0
     typical_pods: list[TypicalPod] = field(default_factory=list)
+    dra: DraInventory | None = None
 
 
 Factory = Callable[[Mapping[str, Any], PluginContext], object]
@@ -94,6 +98,7 @@ def default_registry() -> dict[str, Factory]:
         names.NODE_PLACEMENT: lambda a, c: NodePlacement.from_args(a),
         names.GPU_REQUEST_CHECK: lambda a, c: GpuRequestCheck(),
         names.GPU_TOPOLOGY: lambda a, c: GpuTopology(),
+        names.DRA_CLAIMS: lambda a, c: DraClaims(c.dra),
         # Node-group plugins (inference workspaces): see build_group_scheduler.
         names.LABEL_FILTER: lambda a, c: LabelFilter(),
         names.NODE_RESOURCE_FILTER: lambda a, c: NodeResourceFilter(),

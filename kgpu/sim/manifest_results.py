@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kgpu.dra.inventory import DraInventory
 from kgpu.state.cluster import ClusterState
 
 
@@ -28,9 +29,11 @@ class PodResult:
     message: str = ""
     # scheduling.koordinator.sh/device-allocated, for a pod that asked in Koordinator's names
     device_allocated: str = ""
+    # DRA: each claim's allocation, "ns/claim: request=driver/pool/device (node n)"
+    resource_claims: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "pod": self.pod,
             "source": self.source,
             "status": str(self.status),
@@ -41,6 +44,8 @@ class PodResult:
         }
         if self.device_allocated:  # only then: the other pods' output stays as it was
             out["device_allocated"] = self.device_allocated
+        if self.resource_claims:  # likewise
+            out["resource_claims"] = list(self.resource_claims)
         return out
 
 
@@ -51,6 +56,7 @@ class ManifestRun:
     results: list[PodResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     session: bool = False  # placed by a session (Queues or PodGroups in the manifests)
+    dra: DraInventory | None = None  # the DRA objects, their claims as the run left them
 
     def to_json(self) -> dict[str, Any]:
         state = self.state

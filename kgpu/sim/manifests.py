@@ -12,7 +12,9 @@ kgpu's Queues and PodGroups (``kgpu.io``), KAI Scheduler's (``scheduling.run.ai`
 Volcano Job (``batch.volcano.sh``) stands for the PodGroup and pods Volcano's job
 controller makes of it (:mod:`kgpu.kube.anchors.volcano_job`); a node's Device
 (``kgpu.io``, or Koordinator's ``scheduling.koordinator.sh``; kgpu's wins where a node has
-both, as live) gives its GPUs; other kinds are skipped with a note. A placed pod that asked
+both, as live) gives its GPUs; DRA's DeviceClasses, ResourceSlices, ResourceClaims and
+ResourceClaimTemplates (``resource.k8s.io/v1``) give the devices pods claim in
+``spec.resourceClaims`` (:mod:`kgpu.sim.manifest_dra`); other kinds are skipped with a note. A placed pod that asked
 in Koordinator's names also shows the ``scheduling.koordinator.sh/device-allocated``
 annotation ``kgpu run`` would write.
 
@@ -37,6 +39,8 @@ import numpy as np
 import yaml
 
 from kgpu.config import load_profile
+from kgpu.dra.allocator import Refused
+from kgpu.dra.inventory import DraInventory
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.scheduler import Placement, Scheduler
 from kgpu.kube.anchors.koordinator import (
@@ -47,6 +51,7 @@ from kgpu.kube.anchors.koordinator import (
 )
 from kgpu.kube.anchors.volcano_job import expand_job, is_volcano_job
 from kgpu.kube.objects.device_allocation import render_allocation
+from kgpu.kube.objects.dra_objects import is_dra, pod_claims_from_k8s
 from kgpu.kube.objects.node_pod import (
     ConversionError,
     object_ref,
@@ -55,11 +60,13 @@ from kgpu.kube.objects.node_pod import (
 )
 from kgpu.kube.snapshot.cache_snapshot import PendingPod
 from kgpu.kube.snapshot.session_input import reads
+from kgpu.model.dra import PodClaim
 from kgpu.model.node import NodeInfo, NodeName
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins.node.gpu_fit import GpuFit
 from kgpu.plugins.node.resource_fit import NodeResourcesFit
-from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.plugins.registry import PluginContext
+from kgpu.sim.manifest_dra import dra_inventory, dra_scheduler, render_claims
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
 from kgpu.sim.manifest_session import session_results
 from kgpu.sim.manifest_workspaces import is_workspace, workspace_pods
@@ -222,6 +229,8 @@ class _Converted:
     notes: list[str] = field(default_factory=list)
     groups: list[Mapping[str, Any]] = field(default_factory=list)  # kgpu Queues and PodGroups
     classes: dict[str, int] = field(default_factory=dict)  # PriorityClass name -> value
+    dra: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)  # source, object
+    pod_claims: dict[str, tuple[PodClaim, ...]] = field(default_factory=dict)  # pod key
 
 
 def _convert(documents: list[Document]) -> _Converted:
@@ -247,6 +256,8 @@ def _convert(documents: list[Document]) -> _Converted:
             out.nodes.append(node)
         elif doc.kind == "Pod":
             _add_pod(out, doc, classes, default_priority, seen_pods)
+        elif is_dra(doc.obj):
+            out.dra.append((doc.source, doc.obj))
         elif reads(doc.obj):
             out.groups.append(doc.obj)  # read by the live loop's reader, each as its own
         elif is_volcano_job(doc.obj):
@@ -292,7 +303,8 @@ def _devices(documents: list[Document]) -> dict[str, Mapping[str, Any]]:
 # by another simulation go.
 READ_HERE: Final = (
     "simulate manifests reads Nodes, Pods, PriorityClasses, Queues and PodGroups (kgpu.io, "
-    "KAI's, Volcano's), Volcano Jobs, Devices (kgpu.io, Koordinator's) and KAITO Workspaces"
+    "KAI's, Volcano's), Volcano Jobs, Devices (kgpu.io, Koordinator's), KAITO Workspaces and "
+    "DRA's DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates"
 )
 OTHER_SIMULATIONS: Final = {
     ("karpenter.sh", "NodePool"): "kgpu simulate autoscale --nodepool FILE",
@@ -320,6 +332,7 @@ def _add_pod(
         obj = _with_priority(doc.obj, classes, default_priority)
         spec = pod_from_k8s(obj)
         node_name = pod_node_name(doc.obj)
+        claims = pod_claims_from_k8s(doc.obj)
     except ConversionError as exc:
         out.unreadable.append(PodResult(key, doc.source, PodStatus.PENDING, message=str(exc)))
         return
@@ -328,6 +341,8 @@ def _add_pod(
         out.unreadable.append(PodResult(key, doc.source, PodStatus.PENDING, message=message))
         return
     seen_pods[key] = doc.source
+    if claims:
+        out.pod_claims[key] = claims
     out.pods.append(_Pod(len(out.pods), doc.source, spec, node_name, obj))
 
 
@@ -336,14 +351,15 @@ def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
     pods = converted.pods
     specs = {str(p.spec.key): p.spec for p in pods}
     state = ClusterState(converted.nodes)
-    context = PluginContext(typical_pods=typical_pods(p.spec for p in pods))
+    dra = dra_inventory(converted.dra, converted.pod_claims, converted.notes)
+    context = PluginContext(typical_pods=typical_pods(p.spec for p in pods), dra=dra)
     profile = load_profile(policy)
-    scheduler = build_scheduler(profile, context)
-    run = ManifestRun(policy, state, notes=converted.notes)
+    scheduler = dra_scheduler(profile, context)
+    run = ManifestRun(policy, state, notes=converted.notes, dra=dra)
     running: list[_Pod] = []
     for pod in pods:
         if pod.node_name:
-            result = _account_bound(state, scheduler, pod)
+            result = _account_bound(state, scheduler, pod, dra)
             run.results.append(result)
             if result.status == PodStatus.RUNNING:
                 running.append(pod)
@@ -351,6 +367,12 @@ def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
         (p for p in pods if not p.node_name), key=lambda p: (-p.spec.priority, p.order)
     )
     if converted.groups:
+        if dra is not None and dra.pod_claims:
+            run.notes.append(
+                "with Queues or PodGroups, pods' resource claims are checked by the DraClaims "
+                "filter but their allocations are not recorded (kgpu's session does not hold "
+                "them yet)"
+            )
         run.session = True
         run.results.extend(
             session_results(
@@ -365,7 +387,7 @@ def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
         )
     else:
         for pod in waiting:
-            run.results.append(_schedule(state, scheduler, pod))
+            run.results.append(_schedule(state, scheduler, pod, dra))
     run.results.extend(converted.unreadable)
     run.results = [_with_koordinator_record(state, r, specs) for r in run.results]
     return run
@@ -383,7 +405,22 @@ def _with_koordinator_record(
     return replace(result, device_allocated=next(iter(notes.values()), ""))
 
 
-def _account_bound(state: ClusterState, scheduler: Scheduler, pod: _Pod) -> PodResult:
+def _record_claims(
+    state: ClusterState, dra: DraInventory | None, pod: PodSpec, node: int
+) -> tuple[str, ...] | str:
+    """The pod's claims allocated on ``node`` (lines to show), or why they cannot be."""
+    if dra is None or str(pod.key) not in dra.pod_claims:
+        return ()
+    info = state.nodes[node]
+    outcome = dra.record(str(pod.key), str(info.name), info.labels)
+    if isinstance(outcome, Refused):
+        return outcome.reason
+    return render_claims(outcome.allocations)
+
+
+def _account_bound(
+    state: ClusterState, scheduler: Scheduler, pod: _Pod, dra: DraInventory | None = None
+) -> PodResult:
     spec = pod.spec
     node = state.index.get(NodeName(pod.node_name))
     if node is None:
@@ -393,20 +430,42 @@ def _account_bound(state: ClusterState, scheduler: Scheduler, pod: _Pod) -> PodR
     if why:
         message = f"bound to node {pod.node_name}, which has no room for it: {why}"
         return PodResult(spec.key, pod.source, PodStatus.PENDING, message=message)
+    claims = _record_claims(state, dra, spec, node)
+    if isinstance(claims, str):
+        message = f"bound to node {pod.node_name}, whose devices cannot serve its claims: {claims}"
+        return PodResult(spec.key, pod.source, PodStatus.PENDING, message=message)
     gpus = scheduler.gpu_choice.choose_gpus(state, spec, node) if spec.gpu.count else ()
     state.allocate(spec, node, gpus)
     return PodResult(
-        spec.key, pod.source, PodStatus.RUNNING, pod.node_name, tuple(sorted(gpus)), spec.gpu.milli
+        spec.key,
+        pod.source,
+        PodStatus.RUNNING,
+        pod.node_name,
+        tuple(sorted(gpus)),
+        spec.gpu.milli,
+        resource_claims=claims,
     )
 
 
-def _schedule(state: ClusterState, scheduler: Scheduler, pod: _Pod) -> PodResult:
+def _schedule(
+    state: ClusterState, scheduler: Scheduler, pod: _Pod, dra: DraInventory | None = None
+) -> PodResult:
     spec = pod.spec
     outcome = scheduler.schedule(state, spec)
     if not isinstance(outcome, Placement):
         return PodResult(spec.key, pod.source, PodStatus.PENDING, message=outcome.message)
+    # DraClaims let the node through, and nothing was placed since: this allocates.
+    claims = _record_claims(state, dra, spec, outcome.node)
+    if isinstance(claims, str):
+        return PodResult(spec.key, pod.source, PodStatus.PENDING, message=claims)
     state.allocate(spec, outcome.node, outcome.gpus)
     name = state.nodes[outcome.node].name
     return PodResult(
-        spec.key, pod.source, PodStatus.SCHEDULED, name, tuple(sorted(outcome.gpus)), spec.gpu.milli
+        spec.key,
+        pod.source,
+        PodStatus.SCHEDULED,
+        name,
+        tuple(sorted(outcome.gpus)),
+        spec.gpu.milli,
+        resource_claims=claims,
     )

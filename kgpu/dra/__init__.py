@@ -1,0 +1,1 @@
+"""Dynamic Resource Allocation: CEL device selectors and the allocator of ResourceClaims."""

@@ -1,0 +1,68 @@
+"""DraClaims: the filter of nodes where the pod's ResourceClaims cannot be allocated.
+
+A pod with ``spec.resourceClaims`` fits a node only if every claim it names is already
+allocated there (or to no node in particular) or can be allocated now from the devices the
+node reaches (:mod:`kgpu.dra.allocator`). Pods without claims pass untouched, so a cluster
+without DRA decides as before.
+
+Its verdicts depend on devices taken anywhere in the cluster (slices reachable from all
+nodes, claims shared between pods), not only on the node's own state: a scheduler running
+it keeps no verdicts per pod shape (``use_cache`` off), as ``kgpu simulate manifests`` does
+when the manifests hold DRA objects.
+
+Each refusal carries the allocator's own sentence (which claim, request, selector,
+capacity or constraint), one :class:`Reason` per distinct sentence, so a pending pod's
+message and ``kgpu explain`` name what failed.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kgpu.dra.allocator import Refused
+from kgpu.dra.inventory import DraInventory
+from kgpu.framework.cycle import CycleState
+from kgpu.framework.interfaces import FilterPlugin, IntArray, Verdicts
+from kgpu.framework.status import Reason
+from kgpu.model.pod import PodSpec
+from kgpu.plugins import names
+
+CODE: Final = "DRAClaimsUnallocatable"
+# Distinct sentences kept as Reasons (verdicts group nodes by Reason identity); a cluster
+# shows a handful, and the table is emptied past this many.
+MAX_REASONS: Final = 1024
+
+
+class DraClaims:
+    """Rejects nodes where the pod's resource claims cannot all be allocated."""
+
+    name = names.DRA_CLAIMS
+    static_verdicts = False
+
+    def __init__(self, inventory: DraInventory | None = None) -> None:
+        self.inventory = inventory
+        self._reasons: dict[str, Reason] = {}
+
+    def _reason(self, text: str) -> Reason:
+        reason = self._reasons.get(text)
+        if reason is None:
+            if len(self._reasons) >= MAX_REASONS:
+                self._reasons.clear()
+            reason = self._reasons[text] = Reason(
+                CODE, f"node(s) cannot allocate the claims: {text}"
+            )
+        return reason
+
+    def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
+        inventory = self.inventory
+        if inventory is None or str(pod.key) not in inventory.pod_claims:
+            return Verdicts.all_pass(len(nodes))
+        why: list[Reason | None] = []
+        for i in nodes:
+            node = cycle.state.nodes[int(i)]
+            outcome = inventory.try_allocate(str(pod.key), str(node.name), node.labels)
+            why.append(self._reason(outcome.reason) if isinstance(outcome, Refused) else None)
+        return Verdicts.from_reasons(why)
+
+
+_: type[FilterPlugin] = DraClaims

@@ -1,0 +1,90 @@
+"""DRA objects in ``kgpu simulate manifests``: DeviceClasses, ResourceSlices, ResourceClaims
+and ResourceClaimTemplates (``resource.k8s.io/v1``) become the :class:`DraInventory` the
+``DraClaims`` filter works over, and each pod placed gets its claims allocated as
+kube-scheduler would write them into the claims' status before binding.
+
+A DRA object that cannot be read is skipped with a note naming it, the field, the value and
+what was expected; the rest of the manifests are simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kgpu.dra.inventory import DraInventory
+from kgpu.framework.profile import Profile
+from kgpu.framework.scheduler import Scheduler
+from kgpu.kube.objects.dra_objects import (
+    device_class_from_k8s,
+    resource_claim_from_k8s,
+    resource_claim_template_from_k8s,
+    resource_slice_from_k8s,
+)
+from kgpu.kube.objects.fields import ConversionError
+from kgpu.model.dra import (
+    ClaimAllocation,
+    DeviceClass,
+    PodClaim,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
+from kgpu.plugins import names
+from kgpu.plugins.registry import PluginContext, build_scheduler
+
+
+def dra_inventory(
+    documents: Sequence[tuple[str, Mapping[str, Any]]],
+    pod_claims: Mapping[str, tuple[PodClaim, ...]],
+    notes: list[str],
+) -> DraInventory | None:
+    """The inventory of the DRA ``documents`` (source, object), or None when neither they
+    nor any pod's claims are there (the run then decides exactly as without DRA)."""
+    if not documents and not pod_claims:
+        return None
+    classes: list[DeviceClass] = []
+    slices: list[ResourceSlice] = []
+    claims: list[ResourceClaim] = []
+    templates: list[ResourceClaimTemplate] = []
+    for source, obj in documents:
+        kind = obj.get("kind")
+        try:
+            if kind == "DeviceClass":
+                classes.append(device_class_from_k8s(obj))
+            elif kind == "ResourceSlice":
+                slices.append(resource_slice_from_k8s(obj))
+            elif kind == "ResourceClaim":
+                claims.append(resource_claim_from_k8s(obj))
+            else:
+                templates.append(resource_claim_template_from_k8s(obj))
+        except ConversionError as exc:
+            notes.append(f"{source}: skipped: {exc}")
+    inventory = DraInventory.build(classes, slices, claims, templates)
+    notes.extend(inventory.notes)
+    for pod, refs in pod_claims.items():
+        inventory.set_pod_claims(pod, refs)
+    return inventory
+
+
+def dra_scheduler(profile: Profile, context: PluginContext) -> Scheduler:
+    """The profile's scheduler; with DRA objects (``context.dra``), ``DraClaims`` is its
+    last filter and no verdict is kept per pod shape (they depend on devices taken
+    anywhere). The simulation and its ``--explain`` both build it so."""
+    if context.dra is None:
+        return build_scheduler(profile, context)
+    if names.DRA_CLAIMS not in profile.filters:
+        profile = profile.model_copy(update={"filters": (*profile.filters, names.DRA_CLAIMS)})
+    scheduler = build_scheduler(profile, context)
+    scheduler.use_cache = False
+    return scheduler
+
+
+def render_claims(allocations: Mapping[str, ClaimAllocation]) -> tuple[str, ...]:
+    """One line per claim: ``ns/claim: request=driver/pool/device, ... on node``."""
+    lines = []
+    for key, allocation in sorted(allocations.items()):
+        devices = ", ".join(f"{r.request}={r.id}" for r in allocation.results)
+        where = f" (node {allocation.node_name})" if allocation.node_name else " (all nodes)"
+        lines.append(f"{key}: {devices}{where}")
+    return tuple(lines)
