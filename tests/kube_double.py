@@ -14,7 +14,11 @@ v1.20 does with ``binding_preconditions=False``; ``dryRun=All`` stores nothing),
 scheduling.k8s.io/v1 priorityclasses, karpenter.sh/v1 nodeclaims (always served), what the
 Workspace controller writes (core/v1 services, apps/v1 deployments and statefulsets), and
 kgpu.io/v1alpha1 custom resources and leaderworkerset.x-k8s.io/v1 leaderworkersets (404
-until their CRD is "installed").
+until their CRD is "installed"), and resource.k8s.io/v1 (Kubernetes 1.34's DRA: discovery at
+``/apis/resource.k8s.io/v1``, deviceclasses and resourceslices, namespaced resourceclaims
+and resourceclaimtemplates; the claims' ``status`` subresource refuses with 422 what the
+real server's validation does that kgpu could get wrong; all 404 with ``dra=False``, as a
+server before 1.34).
 
 Faults on purpose, for the tests to drive:
 

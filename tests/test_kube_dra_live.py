@@ -134,7 +134,9 @@ def test_allocates_writes_the_claims_before_binding_and_releases(
             "pool": "n1",
         }
         term = status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
-        assert term == {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        assert term == {
+            "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]
+        }
         order = request_order(double)
         assert order.index(f"status {name}") < order.index(f"bind {pod}")
     # Placed in the same session as the others, it finds their devices taken when its
@@ -289,7 +291,9 @@ def test_a_template_claim_waits_for_the_claim_controller(double: KubeDouble, sta
     double.put(template("one-gpu", [{"name": "gpu", "exactly": exactly()}]))
     double.put(dra_pod("p1", ("gpu", "template:one-gpu")))
     start()
-    wait_until(lambda: any("waits for its ResourceClaim" in e for e in events(double, "FailedScheduling")))
+    wait_until(
+        lambda: any("waits for its ResourceClaim" in e for e in events(double, "FailedScheduling"))
+    )
     assert double.bound() == {}
     # What kube-controller-manager's resource claim controller does on a 1.34 cluster.
     pod = double.get("pods", "p1", NS)
@@ -299,7 +303,9 @@ def test_a_template_claim_waits_for_the_claim_controller(double: KubeDouble, sta
         {"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": pod["metadata"]["uid"]}
     ]
     double.put(made)
-    pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p1-gpu-x7k2p"}]
+    pod.setdefault("status", {})["resourceClaimStatuses"] = [
+        {"name": "gpu", "resourceClaimName": "p1-gpu-x7k2p"}
+    ]
     double.put(pod)
     wait_until(lambda: double.bound() == {"p1": "n1"})
     assert devices_of(double, "p1-gpu-x7k2p") == ["gpu-0"]

@@ -56,6 +56,8 @@ class ClaimReleaser:
         self, claims: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], leader: bool
     ) -> None:
         """Release what the pods of ours that are gone or finished held."""
+        if not claims and not self._ours:
+            return  # nothing reserved anywhere: no pass over every pod
         by_uid = {uid(p): p for p in pods}
         holding: set[str] = set()
         for claim in claims:
