@@ -14,7 +14,11 @@ v1.20 does with ``binding_preconditions=False``; ``dryRun=All`` stores nothing),
 scheduling.k8s.io/v1 priorityclasses, karpenter.sh/v1 nodeclaims (always served), what the
 Workspace controller writes (core/v1 services, apps/v1 deployments and statefulsets), and
 kgpu.io/v1alpha1 custom resources and leaderworkerset.x-k8s.io/v1 leaderworkersets (404
-until their CRD is "installed").
+until their CRD is "installed"), and resource.k8s.io/v1 (Kubernetes 1.34's DRA: discovery at
+``/apis/resource.k8s.io/v1``, deviceclasses and resourceslices, namespaced resourceclaims
+and resourceclaimtemplates; the claims' ``status`` subresource refuses with 422 what the
+real server's validation does that kgpu could get wrong; all 404 with ``dra=False``, as a
+server before 1.34).
 
 Faults on purpose, for the tests to drive:
 
@@ -88,6 +92,16 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
     ("scheduling.volcano.sh", "queues"): (False, "Queue", "scheduling.volcano.sh/v1beta1"),
     ("scheduling.volcano.sh", "podgroups"): (True, "PodGroup", "scheduling.volcano.sh/v1beta1"),
     ("scheduling.k8s.io", "priorityclasses"): (False, "PriorityClass", "scheduling.k8s.io/v1"),
+    # Dynamic Resource Allocation (Kubernetes 1.34), served unless ``dra=False`` (a server
+    # older than 1.34, like the local v1.20 one).
+    ("resource.k8s.io", "deviceclasses"): (False, "DeviceClass", "resource.k8s.io/v1"),
+    ("resource.k8s.io", "resourceslices"): (False, "ResourceSlice", "resource.k8s.io/v1"),
+    ("resource.k8s.io", "resourceclaims"): (True, "ResourceClaim", "resource.k8s.io/v1"),
+    ("resource.k8s.io", "resourceclaimtemplates"): (
+        True,
+        "ResourceClaimTemplate",
+        "resource.k8s.io/v1",
+    ),
     # What `kgpu run --serve-webhook` registers (it does not call them: no admission here).
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): (
         False,
@@ -105,6 +119,9 @@ LWS: Coll = ("leaderworkerset.x-k8s.io", "leaderworkersets")
 # Served only when in ``installed``: kgpu's CRDs, and LeaderWorkerSet's (not kgpu's to install).
 KAITO: Coll = ("kaito.sh", "workspaces")
 OPTIONAL = {*CUSTOM, LWS, KAITO}
+DRA_GROUP = "resource.k8s.io"
+DRA = {c for c in RESOURCES if c[0] == DRA_GROUP}
+CLAIMS: Coll = (DRA_GROUP, "resourceclaims")
 
 
 class ApiError(Exception):
@@ -184,6 +201,7 @@ class KubeDouble:
         crds: bool = False,
         binding_preconditions: bool = True,
         graceful_pods: bool = False,
+        dra: bool = True,
         token: str = "double-token",
     ) -> None:
         self._cond = threading.Condition()
@@ -204,6 +222,8 @@ class KubeDouble:
         # Bound pods deleted are only marked (deletionTimestamp), as with a kubelet that
         # takes its grace period; ``remove`` then takes them away.
         self.graceful_pods = graceful_pods
+        # Whether resource.k8s.io/v1 is served (discovery included); False: 404, as v1.20.
+        self.dra = dra
         self.faults: list[Fault] = []
         self.requests: list[Logged] = []
         self._server = _Server(("127.0.0.1", 0), _handler(self))
@@ -388,7 +408,7 @@ class KubeDouble:
     def handle(self, method: str, route: Route, query: dict[str, str], body: Any) -> Any:
         """One non-watch request: the answer's (code, body)."""
         coll, ns, name, sub = route.coll, route.namespace, route.name, route.sub
-        if coll in OPTIONAL and coll not in self.installed:
+        if (coll in OPTIONAL and coll not in self.installed) or (coll in DRA and not self.dra):
             raise ApiError(404, "NotFound", "404 page not found")
         namespaced = RESOURCES[coll][0]
         with self._cond:
@@ -469,6 +489,8 @@ class KubeDouble:
             raise ApiError(409, "Conflict", "the object has been modified")
         fresh = copy.deepcopy(current)
         if sub == "status":
+            if coll == CLAIMS:
+                _check_claim_status(current.get("status") or {}, body.get("status") or {})
             fresh["status"] = body.get("status")
         else:
             fresh = {
@@ -517,7 +539,7 @@ class KubeDouble:
 
     def watch(self, handler: BaseHTTPRequestHandler, route: Route, query: dict[str, str]) -> None:
         coll, ns = route.coll, route.namespace
-        if coll in OPTIONAL and coll not in self.installed:
+        if (coll in OPTIONAL and coll not in self.installed) or (coll in DRA and not self.dra):
             raise ApiError(404, "NotFound", "404 page not found")
         timeout = float(query.get("timeoutSeconds") or 1800)
         bookmarks = query.get("allowWatchBookmarks") == "true"
@@ -645,6 +667,47 @@ def parse_route(path: str) -> Route | None:
     )
 
 
+def _dra_discovery() -> dict[str, Any]:
+    """``GET /apis/resource.k8s.io/v1``: what a 1.34 server lists of the group."""
+    resources = [
+        {"name": plural, "namespaced": namespaced, "kind": kind, "verbs": _VERBS}
+        for (group, plural), (namespaced, kind, _) in RESOURCES.items()
+        if group == DRA_GROUP
+    ]
+    resources.append(
+        {
+            "name": "resourceclaims/status",
+            "namespaced": True,
+            "kind": "ResourceClaim",
+            "verbs": ["get", "patch", "update"],
+        }
+    )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{DRA_GROUP}/v1",
+        "resources": resources,
+    }
+
+
+_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+
+def _check_claim_status(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """What kube-apiserver's ResourceClaim status validation refuses (422) and kgpu could
+    get wrong: an allocation changed in place, consumers without an allocation, and an
+    allocation dropped while consumers remain."""
+    before, after = old.get("allocation"), new.get("allocation")
+    if before is not None and after is not None and before != after:
+        raise ApiError(422, "Invalid", "status.allocation: Invalid value: field is immutable")
+    if new.get("reservedFor") and after is None:
+        raise ApiError(
+            422,
+            "Invalid",
+            "status.reservedFor: Forbidden: may not be specified when `allocated` is not set",
+        )
+
+
 def _chunk_writer(handler: BaseHTTPRequestHandler) -> Callable[[dict[str, Any] | None], None]:
     def write(event: dict[str, Any] | None) -> None:
         if event is None:
@@ -690,6 +753,12 @@ def _handler(double: KubeDouble) -> type[BaseHTTPRequestHandler]:
                         fault.action()
                     if fault.status:
                         raise ApiError(fault.status, "Injected", f"injected {fault.status}")
+                if method == "GET" and url.path.rstrip("/") == f"/apis/{DRA_GROUP}/v1":
+                    if not double.dra:
+                        raise ApiError(404, "NotFound", "404 page not found")
+                    logged.status = 200
+                    self._answer(200, _dra_discovery())
+                    return
                 route = parse_route(url.path)
                 if route is None:
                     raise ApiError(404, "NotFound", "404 page not found")
@@ -705,6 +774,9 @@ def _handler(double: KubeDouble) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             logged.status = code
+            self._answer(code, answer)
+
+        def _answer(self, code: int, answer: Any) -> None:
             data = json.dumps(answer).encode()
             try:
                 self.send_response(code)

@@ -159,6 +159,7 @@ def rules_of(role: Obj) -> dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[s
 
 def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
     crs = ("queues", "podgroups", "devices", "workspaces")
+    DRA = ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
     # Cluster-wide: what a session reads, Events, and the cluster-scoped Queues' status.
     assert rules_of(named(install, "ClusterRole", "kgpu-scheduler")) == {
         (("",), ("pods",)): ("get", "list", "watch"),
@@ -175,6 +176,8 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         (("kgpu.io",), ("queues/status",)): ("update", "patch"),
         # Volcano's objects, read beside kgpu's; never written but a PodGroup's status
         (("scheduling.volcano.sh",), ("queues", "podgroups")): ("get", "list", "watch"),
+        # DRA's four kinds, cached where the server serves resource.k8s.io/v1
+        (("resource.k8s.io",), DRA): ("get", "list", "watch"),
     }
     # In the pods' namespaces: bind, delete victims, correct device annotations. No create.
     assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-tenant")) == {
@@ -182,6 +185,7 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         (("",), ("pods/binding",)): ("create",),
         (("kgpu.io",), ("podgroups/status",)): ("update", "patch"),
         (("scheduling.volcano.sh",), ("podgroups/status",)): ("update", "patch"),
+        (("resource.k8s.io",), ("resourceclaims/status",)): ("update",),
     }
     # the GPU environment of shares, written in their namespaces; nothing read in bulk
     assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-shares")) == {

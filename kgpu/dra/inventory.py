@@ -77,6 +77,9 @@ class DraInventory:
     shared: set[DeviceId] = field(default_factory=set)  # devices allowing multiple allocations
     notes: list[str] = field(default_factory=list)
     pod_claims: dict[str, tuple[PodClaim, ...]] = field(default_factory=dict)  # pod key
+    # Pods whose claims cannot be named yet or at all (a template's claim not made yet, a
+    # claim that cannot be read), with why: they fit no node until that changes.
+    unresolved: dict[str, str] = field(default_factory=dict)  # pod key
 
     @staticmethod
     def build(
@@ -103,7 +106,11 @@ class DraInventory:
 
     @property
     def empty(self) -> bool:
-        return not (self.pools or self.claims or self.pod_claims)
+        return not (self.pools or self.claims or self.pod_claims or self.unresolved)
+
+    def asks(self, pod_key: str) -> bool:
+        """Whether the pod has claims to allocate (or that cannot be resolved)."""
+        return pod_key in self.pod_claims or pod_key in self.unresolved
 
     def candidates(self, node: str, labels: Mapping[str, str]) -> list[Candidate]:
         """The devices reachable from ``node``, pool by pool, in name order."""
@@ -121,6 +128,9 @@ class DraInventory:
         return f"{namespace}/{name}"
 
     def _resolve(self, pod_key: str) -> list[ResourceClaim] | str:
+        why = self.unresolved.get(pod_key)
+        if why is not None:
+            return why
         namespace, _, pod = pod_key.partition("/")
         out = []
         for ref in self.pod_claims.get(pod_key, ()):

@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kgpu.dra.inventory import DraInventory
-from kgpu.framework.profile import Profile
-from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.objects.dra_objects import (
     device_class_from_k8s,
     resource_claim_from_k8s,
@@ -30,8 +28,9 @@ from kgpu.model.dra import (
     ResourceClaimTemplate,
     ResourceSlice,
 )
-from kgpu.plugins import names
-from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.plugins.registry import dra_scheduler
+
+__all__ = ["dra_inventory", "dra_scheduler", "render_claims"]
 
 
 def dra_inventory(
@@ -65,19 +64,6 @@ def dra_inventory(
     for pod, refs in pod_claims.items():
         inventory.set_pod_claims(pod, refs)
     return inventory
-
-
-def dra_scheduler(profile: Profile, context: PluginContext) -> Scheduler:
-    """The profile's scheduler; with DRA objects (``context.dra``), ``DraClaims`` is its
-    last filter and no verdict is kept per pod shape (they depend on devices taken
-    anywhere). The simulation and its ``--explain`` both build it so."""
-    if context.dra is None:
-        return build_scheduler(profile, context)
-    if names.DRA_CLAIMS not in profile.filters:
-        profile = profile.model_copy(update={"filters": (*profile.filters, names.DRA_CLAIMS)})
-    scheduler = build_scheduler(profile, context)
-    scheduler.use_cache = False
-    return scheduler
 
 
 def render_claims(allocations: Mapping[str, ClaimAllocation]) -> tuple[str, ...]:

@@ -47,6 +47,9 @@ TRIGGER_PRIORITY = -5
 KOORDINATOR_GROUP = "scheduling.koordinator.sh"
 # Volcano's scheduling group (kgpu.kube.anchors.volcano.GROUP; the install imports no model).
 VOLCANO_GROUP = "scheduling.volcano.sh"
+# resource.k8s.io/v1 (kgpu.kube.snapshot.dra_inventory.DRA_RESOURCES; no import: see above).
+DRA_GROUP = "resource.k8s.io"
+DRA_KINDS = ["deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates"]
 
 
 def read_rules() -> list[Obj]:
@@ -65,6 +68,8 @@ def read_rules() -> list[Obj]:
         # PriorityClasses, cached: a PodGroup's spec.priorityClassName ranks its job; get:
         # whether the trigger pods' class exists.
         rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch"]),
+        # Dynamic Resource Allocation (1.34), cached where served (kgpu.kube.live.dra_live).
+        rbac_rule([DRA_GROUP], DRA_KINDS, ["get", "list", "watch"]),
         # Events about nodes go to "default", about pods to theirs: any namespace.
         # patch: client-go's way of counting repeats.
         rbac_rule([""], ["events"], ["create", "patch"]),
@@ -84,6 +89,9 @@ def tenant_rules() -> list[Obj]:
         # A Volcano PodGroup's phase (Inqueue, Running) is the scheduler's to report, as
         # Volcano's own scheduler does; its Queues' status stays Volcano's queue controller's.
         rbac_rule([VOLCANO_GROUP], ["podgroups/status"], ["update", "patch"]),
+        # A placed pod's ResourceClaims: allocated and reserved before its Binding, and
+        # released when it goes, through the status subresource (PUT).
+        rbac_rule([DRA_GROUP], ["resourceclaims/status"], ["update"]),
     ]
 
 

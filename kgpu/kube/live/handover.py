@@ -45,6 +45,7 @@ from kgpu.kube.api.event_recorder import NORMAL, WARNING, EventRecorder
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.resource_types import uid
 from kgpu.kube.live.binder import BindOutcome, BindResult, bind_pod
+from kgpu.kube.live.dra_claims_writer import ClaimsWriter, Reserved
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.waiting import WaitingBook
 from kgpu.kube.objects.device_allocation import render_allocation
@@ -93,6 +94,9 @@ class HandOver:
         self._wake = wake
         self.uncertain_grace = uncertain_grace
         self.bound = 0  # binds done, for benchmarks and logs
+        # DRA: the pods' ResourceClaims, reserved in bind order and written before each
+        # Binding (kgpu.kube.live.dra_claims_writer); None where the server serves no DRA.
+        self.claims: ClaimsWriter | None = None
 
     def hand_over(
         self,
@@ -124,9 +128,17 @@ class HandOver:
             annotations[ADMITTED_QUEUE_ANNOTATION] = queue
         if self.record_key is not None and annotations:
             annotations = self.record_key.signed(uid(current), str(bind.node), annotations)
+        reserved = None
+        if self.claims is not None:
+            reserved = self.claims.reserve(current, snap.state, bind.node)
+            if isinstance(reserved, str):  # a pod placed before it took the devices
+                undo(snap.state, bind)
+                refused = BindOutcome(BindResult.REJECTED, reserved)
+                self._settle(current, bind, entry, refused, message, back_off=True)
+                return
         with self._lock:
             self._assumed[bind.pod] = entry
-        self._submit(self._bind, current, bind, entry, annotations, message)
+        self._submit(self._bind, current, bind, entry, annotations, message, reserved)
 
     def _bind(
         self,
@@ -135,6 +147,7 @@ class HandOver:
         entry: Assumed,
         annotations: Mapping[str, str],
         message: str,
+        reserved: Reserved | None = None,
     ) -> None:
         if not self.is_leader():
             outcome = BindOutcome(BindResult.REJECTED, "no longer the leader")
@@ -145,7 +158,18 @@ class HandOver:
             outcome = BindOutcome(BindResult.REJECTED, gone)
             self._settle(obj, bind, entry, outcome, message, back_off=True)
             return
+        if reserved is not None and self.claims is not None:
+            # The claims' status first, as kube-scheduler's PreBind: a pod is never bound
+            # without its devices reserved.
+            why = self.claims.write(reserved)
+            if why is not None:
+                outcome = BindOutcome(BindResult.REJECTED, why)
+                self._settle(obj, bind, entry, outcome, message, back_off=True)
+                return
         outcome = bind_pod(self.client, obj, bind.node, annotations)
+        failed = outcome.result in (BindResult.GONE, BindResult.REJECTED)
+        if reserved is not None and self.claims is not None and failed:
+            self.claims.undo(reserved)  # as kube-scheduler's Unreserve
         if outcome.check_s:
             self.metrics.check_latency.observe(outcome.check_s)
         if outcome.result != BindResult.REJECTED or outcome.bind_s:

@@ -55,6 +55,7 @@ from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.resource_types import meta, object_key, resource_version, uid
 from kgpu.kube.live.allocation_correction import AllocationCorrector
 from kgpu.kube.live.carry_out import Decided, ResultCarrier
+from kgpu.kube.live.dra_live import DraLive
 from kgpu.kube.live.evictions import Evictor
 from kgpu.kube.live.gpu_env_writer import GpuEnvWriter
 from kgpu.kube.live.gpu_reservations import ReservationKeeper
@@ -143,6 +144,7 @@ class SchedulerLoop:
         anchor_queues: Sequence[Informer] = (),
         anchor_podgroups: Sequence[Informer] = (),
         koordinator_devices: Informer | None = None,
+        dra: DraLive | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -241,6 +243,11 @@ class SchedulerLoop:
         for informer in (devices, koordinator_devices):
             if informer is not None:
                 informer.on_change = self._node_changed  # health and topology move placements
+        # DRA (kgpu.kube.live.dra_live): None where the server serves no resource.k8s.io/v1.
+        self._dra = dra
+        if dra is not None:
+            dra.watch(self._node_changed)  # devices and claims come and go
+            self._binds.claims = dra.writer
         # A session ran since this replica last became leader; and a bound pod of ours
         # changed since the last session (its phase counts in its PodGroup's status).
         self._led = False
@@ -393,6 +400,8 @@ class SchedulerLoop:
         stats.snapshot_s = time.perf_counter() - started
         self._warn(snap.problems)
         self._warn(objects.problems, by_message=True)
+        if self._dra is not None:  # claims read, and released where their pods went
+            self._warn(self._dra.prepare(snap, pods, assumed, self.is_leader()))
         self._corrector.act(snap)
         if self._keeper is not None and self._env is not None:
             self._keeper.act(snap, now)
@@ -451,6 +460,8 @@ class SchedulerLoop:
         leaving = self._book.victims_leaving(batch, snap.terminating)
         made = assemble(snap, batch, assumed, objects, victims_leaving=frozenset(leaving))
         scheduler = self._scheduler_for(snap)
+        if self._dra is not None:  # DraClaims, when a pending pod asks for claims
+            scheduler = self._dra.scheduler(scheduler, self.profile, self._typical)
         # Only jobs with a PodGroup object get a status: every other pod is a job of its
         # own, and figures for each, every session, were most of the status write's cost.
         groups = objects.podgroup_objs

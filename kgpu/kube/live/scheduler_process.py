@@ -49,6 +49,7 @@ from kgpu.kube.api.resource_types import (
     PRIORITY_CLASSES,
     QUEUES,
 )
+from kgpu.kube.live.dra_live import DraLive, serves_dra
 from kgpu.kube.live.health_server import HealthServer
 from kgpu.kube.live.loop import LoopConfig, SchedulerLoop
 from kgpu.kube.live.metrics import SchedulerMetrics
@@ -160,6 +161,16 @@ class RunningScheduler:
             *self.anchor_podgroups,
             self.koordinator_devices,
         ]
+        # DRA only where the server serves resource.k8s.io/v1 (kgpu.kube.live.dra_live).
+        self.dra: DraLive | None = None
+        if serves_dra(self.client):
+            self.dra = DraLive(self.client, config.scheduler_name, watch_seconds=watch)
+            self.informers += self.dra.informers
+        else:
+            log.info(
+                "the API server does not serve resource.k8s.io/v1: scheduling without "
+                "Dynamic Resource Allocation (pods' resourceClaims are not read)"
+            )
         self.claims: Informer | None = None
         self.nodepools: Informer | None = None
         if options.autoscale is not None:
@@ -203,6 +214,7 @@ class RunningScheduler:
             record_key=self.record_key,
             anchor_queues=self.anchor_queues,
             anchor_podgroups=self.anchor_podgroups,
+            dra=self.dra,
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:
@@ -339,6 +351,8 @@ class RunningScheduler:
         if self._thread.is_alive():
             self._thread.join(10.0)
         self.loop.close()
+        if self.dra is not None:
+            self.dra.close()
         if self.elector is not None:
             self.elector.stop()
         for informer in self.informers:

@@ -55,7 +55,7 @@ class DraClaims:
 
     def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
         inventory = self.inventory
-        if inventory is None or str(pod.key) not in inventory.pod_claims:
+        if inventory is None or not inventory.asks(str(pod.key)):
             return Verdicts.all_pass(len(nodes))
         why: list[Reason | None] = []
         for i in nodes:
