@@ -149,9 +149,11 @@ class DraGpus:
     def __init__(self, inventory: DraInventory) -> None:
         self.inventory = inventory
         self._devices: dict[DeviceId, tuple[str, Device]] | None = None
+        self._pools = inventory.pools  # what ``_devices`` was made of (slices may be added)
 
     def _device(self, ident: DeviceId) -> tuple[str, Device] | None:
-        if self._devices is None:
+        if self._devices is None or self._pools is not self.inventory.pools:
+            self._pools = self.inventory.pools
             self._devices = {
                 device_id(s.driver, s.pool, d.name): (s.driver, d)
                 for pool in self.inventory.pools

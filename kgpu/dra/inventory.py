@@ -101,6 +101,19 @@ class DraInventory:
                 inv.in_use.take(claim.key, claim.allocation.results, inv.shared)
         return inv
 
+    def add_slices(self, slices: Iterable[ResourceSlice]) -> None:
+        """Slices published since the build (a node that joined): pools are made again
+        over all slices; what claims hold stays taken."""
+        every = [s for pool in self.pools for s in pool.slices]
+        self.pools = _pools([*every, *slices], self.notes)
+        self.shared = {
+            device_id(s.driver, s.pool, d.name)
+            for pool in self.pools
+            for s in pool.slices
+            for d in s.devices
+            if d.allow_multiple
+        }
+
     @property
     def empty(self) -> bool:
         return not (self.pools or self.claims or self.pod_claims)
