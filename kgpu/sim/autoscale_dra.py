@@ -60,7 +60,9 @@ def gpu_slice(node: NodeInfo) -> ResourceSlice:
         )
         for i in range(node.gpu_count)
     )
-    return ResourceSlice(f"{node.name}-{DRIVER}", DRIVER, str(node.name), 1, 1, devices, str(node.name))
+    return ResourceSlice(
+        f"{node.name}-{DRIVER}", DRIVER, str(node.name), 1, 1, devices, str(node.name)
+    )
 
 
 def dra_only(node: NodeInfo) -> NodeInfo:
@@ -121,8 +123,7 @@ def dra_cluster_scenario(
         return PodSpec(key, cpu, memory, tolerations=tolerations)
 
     running = [
-        (claiming(f"resident-{i}", 8000, 65536, "all-gpus"), i, ())
-        for i in range(existing_nodes)
+        (claiming(f"resident-{i}", 8000, 65536, "all-gpus"), i, ()) for i in range(existing_nodes)
     ]
     arriving = [claiming(f"quad-{i:02}", 32000, 131072, "four-gpus") for i in range(10)]
     arriving += [claiming(f"single-{i:02}", 4000, 16384, "one-gpu") for i in range(8)]

@@ -35,10 +35,10 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kgpu.autoscale.demand import UnplacedPod, with_dra_demand
-from kgpu.dra.gpu_count import DraGpus
-from kgpu.dra.inventory import DraInventory
 from kgpu.autoscale.observed import Actions, Observed
 from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
+from kgpu.dra.gpu_count import DraGpus
+from kgpu.dra.inventory import DraInventory
 from kgpu.kube.anchors.karpenter import live_nodepools, observed_node, observed_nodeclaim
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.resource_types import PODS, Resource
