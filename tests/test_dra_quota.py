@@ -336,3 +336,56 @@ def test_no_dra_means_no_dra_in_the_result(tmp_path: Path, kind: str) -> None:
     docs = [node("n0"), queue("team", 1)]
     result = _session_of(tmp_path, *docs)
     assert result.claims == {}
+
+
+# ------------------------------------------------------------------ kgpu explain
+
+
+def _claiming_pod(name: str, claim_name: str) -> Obj:
+    from tests.kube_objects import pod_obj
+
+    obj = pod_obj(name, "ml")
+    obj["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    obj["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return obj
+
+
+def test_live_explain_names_the_selector_and_the_capacity_that_failed() -> None:
+    from kgpu.kube.explain.explanation import explain_from_objects
+    from tests.kube_objects import SCHEDULER, node_obj
+
+    big = claim(
+        "big",
+        [
+            {
+                "name": "gpu",
+                "exactly": exactly(
+                    "gpu.nvidia.com", capacity={"requests": {"gpu.nvidia.com/memory": "100Gi"}}
+                ),
+            }
+        ],
+    )
+    picky = claim(
+        "picky",
+        [
+            {
+                "name": "gpu",
+                "exactly": exactly(
+                    "gpu.nvidia.com",
+                    "device.attributes['gpu.nvidia.com'].architecture == 'Blackwell'",
+                ),
+            }
+        ],
+    )
+    inv = inventory([slice_("n0", gpu(0), gpu(1))], [big, picky])
+    nodes = [node_obj("n0", gpus=0)]
+    pods = [_claiming_pod("wants-big", "big"), _claiming_pod("wants-blackwell", "picky")]
+    answer = explain_from_objects(pods[0], nodes, pods, SCHEDULER, dra=inv)
+    assert answer.summary == "Pod ml/wants-big is pending: no node can take it."
+    assert answer.nodes == (
+        "0/1 nodes are available: 1 node(s) cannot allocate the claims: claim ml/big request "
+        '"gpu": needs 1 device(s), 0 of 2 fit (2 capacity gpu.nvidia.com/memory below '
+        "107374182400)."
+    )
+    answer = explain_from_objects(pods[1], nodes, pods, SCHEDULER, dra=inv)
+    assert "2 request selector #0 false" in answer.nodes

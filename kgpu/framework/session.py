@@ -110,7 +110,7 @@ class Session:
         # count in its queue's account (:mod:`kgpu.dra.gpu_count`).
         dra = snapshot.dra
         self.dra: DraInventory | None = dra if dra is not None and dra.pod_claims else None
-        self.dra_gpus: DraGpus | None = DraGpus(dra) if self.dra is not None else None
+        self.dra_gpus: DraGpus | None = DraGpus(self.dra) if self.dra is not None else None
         self._dra_saved: dict[str, dict[str, ResourceClaim | None]] = {}
         self.callbacks = SessionCallbacks(self.tree)
         self.result = SessionResult()

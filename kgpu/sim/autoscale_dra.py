@@ -122,8 +122,10 @@ def dra_cluster_scenario(
         inventory.set_pod_claims(key, [PodClaim("gpus", template_name=template)])
         return PodSpec(key, cpu, memory, tolerations=tolerations)
 
+    no_gpus: tuple[int, ...] = ()  # their GPUs are the claims' devices
     running = [
-        (claiming(f"resident-{i}", 8000, 65536, "all-gpus"), i, ()) for i in range(existing_nodes)
+        (claiming(f"resident-{i}", 8000, 65536, "all-gpus"), i, no_gpus)
+        for i in range(existing_nodes)
     ]
     arriving = [claiming(f"quad-{i:02}", 32000, 131072, "four-gpus") for i in range(10)]
     arriving += [claiming(f"single-{i:02}", 4000, 16384, "one-gpu") for i in range(8)]

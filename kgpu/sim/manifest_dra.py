@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kgpu.actions.dra_scheduler import dra_scheduler
 from kgpu.dra.inventory import DraInventory
-from kgpu.framework.profile import Profile
-from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.objects.dra_objects import (
     device_class_from_k8s,
     resource_claim_from_k8s,
@@ -30,8 +29,6 @@ from kgpu.model.dra import (
     ResourceClaimTemplate,
     ResourceSlice,
 )
-from kgpu.plugins import names
-from kgpu.plugins.registry import PluginContext, build_scheduler
 
 
 def dra_inventory(
@@ -67,19 +64,6 @@ def dra_inventory(
     return inventory
 
 
-def dra_scheduler(profile: Profile, context: PluginContext) -> Scheduler:
-    """The profile's scheduler; with DRA objects (``context.dra``), ``DraClaims`` is its
-    last filter and no verdict is kept per pod shape (they depend on devices taken
-    anywhere). The simulation and its ``--explain`` both build it so."""
-    if context.dra is None:
-        return build_scheduler(profile, context)
-    if names.DRA_CLAIMS not in profile.filters:
-        profile = profile.model_copy(update={"filters": (*profile.filters, names.DRA_CLAIMS)})
-    scheduler = build_scheduler(profile, context)
-    scheduler.use_cache = False
-    return scheduler
-
-
 def render_claims(allocations: Mapping[str, ClaimAllocation]) -> tuple[str, ...]:
     """One line per claim: ``ns/claim: request=driver/pool/device, ... on node``."""
     lines = []
@@ -88,3 +72,6 @@ def render_claims(allocations: Mapping[str, ClaimAllocation]) -> tuple[str, ...]
         where = f" (node {allocation.node_name})" if allocation.node_name else " (all nodes)"
         lines.append(f"{key}: {devices}{where}")
     return tuple(lines)
+
+
+__all__ = ["dra_inventory", "dra_scheduler", "render_claims"]
