@@ -26,13 +26,11 @@ from typing import Protocol
 
 import numpy as np
 
-from kgpu.dra.allocator import Refused
-from kgpu.dra.gpu_count import DraGpus
-from kgpu.dra.inventory import DraInventory
 from kgpu.framework.charges import GpuCharges
 from kgpu.framework.gc_pause import collector_paused
 from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session_callbacks import SessionCallbacks, Verdict
+from kgpu.framework.session_claims import SessionClaims
 from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
 from kgpu.framework.session_scratch import SessionScratch
 from kgpu.framework.session_snapshot import Snapshot
@@ -40,7 +38,6 @@ from kgpu.framework.statement import Op, Statement
 from kgpu.framework.status import Code, Status
 from kgpu.model.card import NAME_ANNOTATION, card_units, node_cards
 from kgpu.model.decision import Bind, Event, Evict, Nomination
-from kgpu.model.dra import ClaimAllocation, ResourceClaim
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.job import JobInfo, JobKey, JobSpec, Task, card_problem, singleton_job
 from kgpu.model.ledger import QueueLedger, Shortfall
@@ -104,14 +101,10 @@ class Session:
         self.tree = QueueTree(specs)
         self.ledger = QueueLedger(self.tree)
         self.charges = GpuCharges(self.state)
-        # DRA (None without pods' claims, so a session without DRA does as before): claims
-        # are recorded as pods are placed and put back as placements and evictions are
-        # undone (``_dra_saved``: each pod's claims as they were), and a pod's GPU claims
-        # count in its queue's account (:mod:`kgpu.dra.gpu_count`).
+        # DRA claims, recorded as pods are placed and counted in their queues (None without
+        # pods' claims: a session without DRA does as before).
         dra = snapshot.dra
-        self.dra: DraInventory | None = dra if dra is not None and dra.pod_claims else None
-        self.dra_gpus: DraGpus | None = DraGpus(self.dra) if self.dra is not None else None
-        self._dra_saved: dict[str, dict[str, ResourceClaim | None]] = {}
+        self.dra = SessionClaims(dra) if dra is not None and dra.pod_claims else None
         self.callbacks = SessionCallbacks(self.tree)
         self.result = SessionResult()
         self.cards: dict[str, str | None] = {}  # card each running or placed task holds
@@ -168,7 +161,7 @@ class Session:
         job_named = self.job_named
         allocations = self.state.allocations
         mig = self.charges.held
-        dra_gpus = self.dra_gpus
+        dra = self.dra
         held = [[0, 0, 0] for _ in range(len(self.tree))]
         jobs: list[JobInfo] = []
         for name, group in groups.items():
@@ -192,8 +185,8 @@ class Session:
                 cpu += alloc.cpu_milli
                 memory += alloc.memory_mib
                 gpu += mig(alloc) if alloc.mig_count else alloc.gpu_milli * len(alloc.gpus)
-                if dra_gpus is not None:
-                    gpu += dra_gpus.pod_milli(pod.key)
+                if dra is not None:
+                    gpu += dra.milli(pod.key)
             if running and job.queue >= 0:
                 sums = held[job.queue]
                 sums[0] += cpu
@@ -220,8 +213,8 @@ class Session:
                 sums[0] += pod.cpu_milli
                 sums[1] += pod.memory_mib
                 milli = charges.asked(pod.gpu)
-                if dra_gpus is not None:
-                    milli += dra_gpus.pod_milli(pod.key)
+                if dra is not None:
+                    milli += dra.milli(pod.key)
                 sums[2] += milli
                 if NAME_ANNOTATION in pod.annotations:
                     card = self.first_card(task)
@@ -321,8 +314,8 @@ class Session:
         :mod:`kgpu.framework.charges`)."""
         pod = task.pod
         milli = self.charges.asked(pod.gpu)
-        if self.dra_gpus is not None:
-            milli += self.dra_gpus.pod_milli(pod.key)
+        if self.dra is not None:
+            milli += self.dra.milli(pod.key)
         vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
         if card is not None:
             vec[card] = _card_units(card, pod.gpu, milli)
@@ -339,21 +332,21 @@ class Session:
 
     def _held_milli(self, task: Task, alloc: Allocation) -> int:
         milli = self.charges.held(alloc)
-        if self.dra_gpus is not None:
-            milli += self.dra_gpus.pod_milli(task.pod.key)
+        if self.dra is not None:
+            milli += self.dra.milli(task.pod.key)
         return milli
 
     def has_claims(self, pod: PodSpec) -> bool:
         """Whether the pod has DRA claims: what it fits then depends on more than its shape."""
-        return self.dra is not None and pod.key in self.dra.pod_claims
+        return self.dra is not None and self.dra.has(pod.key)
 
     def dra_capacity(self) -> int:
         """The milli-GPU of the DRA GPU devices of the schedulable nodes (0 without DRA)."""
-        if self.dra_gpus is None:
+        if self.dra is None:
             return 0
         state = self.state
         names = {str(state.nodes[i].name) for i in np.flatnonzero(state.schedulable)}
-        return self.dra_gpus.capacity(names)
+        return self.dra.capacity(names)
 
     def held(self, task: Task) -> Vector:
         """What running or placed ``task`` holds of its queue's account."""
@@ -365,15 +358,15 @@ class Session:
         cpu = memory = gpu = 0
         out: Vector = {}
         allocations, held, cards = self.state.allocations, self.charges.held, self.cards
-        dra_gpus = self.dra_gpus
+        dra = self.dra
         for task in tasks:
             pod = task.pod
             cpu += pod.cpu_milli
             memory += pod.memory_mib
             alloc = allocations[pod.key]
             milli = held(alloc) if alloc.mig_count else alloc.gpu_milli * len(alloc.gpus)
-            if dra_gpus is not None:
-                milli += dra_gpus.pod_milli(pod.key)
+            if dra is not None:
+                milli += dra.milli(pod.key)
             gpu += milli
             card = cards.get(pod.key)
             if card is not None:
@@ -441,8 +434,8 @@ class Session:
             job = self.job_for(task)
         index = _position(job.pending, task)
         alloc = self.state.allocate(task.pod, node, gpus)
-        if self.dra is not None and task.pod.key in self.dra.pod_claims:
-            self._dra_record(task.pod.key, node)
+        if self.dra is not None and self.dra.has(task.pod.key):
+            self.dra.place(task.pod.key, self.state.nodes[node])
         vec = self.charge(task, alloc, card)
         self.ledger.charge(job.queue, vec)
         del job.pending[index]
@@ -450,21 +443,9 @@ class Session:
         self.cards[task.pod.key] = card
         return job, alloc, vec, index
 
-    def _dra_record(self, key: str, node: int) -> None:
-        """Allocate the claims of the pod placed on ``node``, as its Binding will need them.
-        The filters let the node through with nothing placed since, so the allocator
-        agrees; were it not to, the claims stay unallocated and count by their requests."""
-        dra = self.dra
-        assert dra is not None
-        self._dra_saved[key] = dra.saved(key)
-        info = self.state.nodes[node]
-        if isinstance(dra.record(key, str(info.name), info.labels), Refused):
-            dra.restore(self._dra_saved[key])
-
     def _dra_undo(self, key: str) -> None:
-        saved = self._dra_saved.get(key)
-        if self.dra is not None and saved is not None:
-            self.dra.restore(saved)
+        if self.dra is not None:
+            self.dra.undo(key)
 
     def unassign(self, op: Op) -> None:
         self.state.release(op.task.pod.key)
@@ -485,8 +466,7 @@ class Session:
         index = _position(job.running, task)
         alloc = self.state.release(task.pod.key)
         vec = self.charge(task, alloc, self.cards.get(task.pod.key))
-        if self.dra is not None and task.pod.key in self.dra.pod_claims:
-            self._dra_saved[task.pod.key] = self.dra.saved(task.pod.key)
+        if self.dra is not None and self.dra.has(task.pod.key):
             self.dra.release(task.pod.key)
         self.ledger.charge(job.queue, vec, -1)
         del job.running[index]
@@ -519,8 +499,8 @@ class Session:
             if op.kind == "allocate":
                 self.result.binds.append(Bind(pod.key, node, op.alloc.gpus, op.alloc.gpu_milli))
                 self.result.allocations[pod.key] = op.alloc
-                if self.dra is not None and pod.key in self.dra.pod_claims:
-                    self.result.claims[pod.key] = self._claims_of(pod.key)
+                if self.dra is not None and self.dra.has(pod.key):
+                    self.result.claims[pod.key] = self.dra.of(pod.key)
                 self.result.events.append(scheduled_event(pod.key, node, op.alloc.gpus))
             elif op.kind == "pipeline":
                 self.result.nominations.append(Nomination(pod.key, node, op.alloc.gpus))
@@ -531,16 +511,6 @@ class Session:
                 self.result.evictions.append(Evict(pod.key, node, kind, op.message))
                 self.event(pod.key, "Pod", "Warning", kind.value, op.message)
                 self._provisional.append(op)
-
-    def _claims_of(self, key: str) -> dict[str, ClaimAllocation]:
-        dra = self.dra
-        assert dra is not None
-        out = {}
-        for claim_key in dra.claim_keys(key):
-            claim = dra.claims.get(claim_key)
-            if claim is not None and claim.allocation is not None:
-                out[claim_key] = claim.allocation
-        return out
 
     def close(self) -> SessionResult:
         """Undo nominations and evictions in the state, and report every pod still pending."""
