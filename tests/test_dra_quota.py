@@ -284,6 +284,7 @@ def test_pending_reasons_name_the_selector_that_failed(tmp_path: Path) -> None:
 def _session_of(tmp_path: Path, *docs: Obj) -> Any:
     from kgpu.actions.session_runner import run_session, session_config
     from kgpu.config import load_profile
+    from kgpu.dra.allocator import Refused
     from kgpu.kube.objects.dra_objects import is_dra, pod_claims_from_k8s
     from kgpu.kube.objects.node_pod import node_from_k8s, pod_from_k8s
     from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, PendingPod
@@ -298,13 +299,25 @@ def _session_of(tmp_path: Path, *docs: Obj) -> Any:
     notes: list[str] = []
     dra = dra_inventory([("t", d) for d in docs if is_dra(d)], claims, notes)
     state = ClusterState(nodes)
+    bound, pending = [], []
+    for p in pods:
+        spec = pod_from_k8s(p)
+        node_name = p["spec"].get("nodeName")
+        if node_name:  # running: its claims allocated on its node
+            index = state.index[node_name]
+            assert dra is not None and not isinstance(
+                dra.record(spec.key, node_name, state.nodes[index].labels), Refused
+            )
+            state.allocate(spec, index, ())
+            bound.append(PendingPod(p, spec))
+        else:
+            pending.append(PendingPod(p, spec))
     profile = load_profile("kgpu")
     scheduler = dra_scheduler(profile, PluginContext(dra=dra))
     objects = QueueReader().read([d for d in docs if d["kind"] == "Queue"], [], [])
-    pending = [PendingPod(p, pod_from_k8s(p)) for p in pods]
-    made = assemble(CacheSnapshot(state), pending, {}, objects)
+    made = assemble(CacheSnapshot(state, bound=bound), pending, {}, objects)
     made.snapshot.dra = dra
-    return run_session(made.snapshot, scheduler, session_config(profile))
+    return run_session(made.snapshot, scheduler, session_config(profile)), dra
 
 
 def test_fair_shares_count_dra_gpus(tmp_path: Path) -> None:
@@ -317,7 +330,7 @@ def test_fair_shares_count_dra_gpus(tmp_path: Path) -> None:
         *[pod(f"a{i}", "two-gpus", queue="a") for i in range(2)],
         *[pod(f"b{i}", "two-gpus", queue="b") for i in range(2)],
     ]
-    result = _session_of(tmp_path, *docs)
+    result, _ = _session_of(tmp_path, *docs)
     # 4 DRA GPUs, two queues of equal weight asking 4 each: 2 each.
     assert result.fair["a"]["gpu"] == 2000
     assert result.fair["b"]["gpu"] == 2000
@@ -334,8 +347,32 @@ def test_fair_shares_count_dra_gpus(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["whole"])
 def test_no_dra_means_no_dra_in_the_result(tmp_path: Path, kind: str) -> None:
     docs = [node("n0"), queue("team", 1)]
-    result = _session_of(tmp_path, *docs)
+    result, dra = _session_of(tmp_path, *docs)
     assert result.claims == {}
+    assert dra is None
+
+
+def test_preemption_frees_the_victims_devices_and_close_puts_them_back(tmp_path: Path) -> None:
+    low = pod("low", "four-gpus", bound="n0")
+    high = pod("high", "four-gpus")
+    high["spec"]["priority"] = 100
+    docs = [
+        *cluster(gpus=4),
+        queue("team", 4),
+        template("four-gpus", [{"name": "g", "exactly": exactly("gpu.nvidia.com", count=4)}]),
+        low,
+        high,
+    ]
+    result, dra = _session_of(tmp_path, *docs)
+    assert [str(e.pod) for e in result.evictions] == ["ml/low"]
+    assert [(str(n.pod), str(n.node)) for n in result.nominations] == [("ml/high", "n0")]
+    # Evictions and nominations are the edge's to carry out: the claims are as they were.
+    assert dra.claims["ml/low-gpus"].allocation is not None
+    assert dra.claims["ml/low-gpus"].reserved_for == ("low",)
+    assert "ml/high-gpus" not in dra.claims
+    assert len(dra.in_use.exclusive) == 4
+    # The victim's 4 DRA GPUs left the queue's account, the nominated pod's 4 came in.
+    assert result.allocated["team"]["gpu"] == 4000
 
 
 # ------------------------------------------------------------------ kgpu explain
