@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from kgpu.dra.gpu_count import (
@@ -344,8 +343,7 @@ def test_fair_shares_count_dra_gpus(tmp_path: Path) -> None:
     assert got == [f"gpu.nvidia.com/n0/gpu-{i}" for i in range(4)]
 
 
-@pytest.mark.parametrize("kind", ["whole"])
-def test_no_dra_means_no_dra_in_the_result(tmp_path: Path, kind: str) -> None:
+def test_no_dra_means_no_dra_in_the_result(tmp_path: Path) -> None:
     docs = [node("n0"), queue("team", 1)]
     result, dra = _session_of(tmp_path, *docs)
     assert result.claims == {}
