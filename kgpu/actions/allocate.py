@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from kgpu.actions.ordering import QueuePicker
 from kgpu.actions.placement import Placer, best_effort, placer_of
 from kgpu.actions.topology_placement import extra_within, place_in_domains, wants_topology
+from kgpu.dra.allocator import Refused
+from kgpu.dra.inventory import DraInventory
 from kgpu.framework.scheduler import Placement, Scheduler
 from kgpu.framework.session import Session
 from kgpu.framework.session_callbacks import Key
@@ -37,20 +39,38 @@ from kgpu.framework.status import Code, Status
 from kgpu.model.decision import Bind, Event
 from kgpu.model.job import JobInfo
 from kgpu.model.pod import PodSpec
+from kgpu.plugins import names
+from kgpu.plugins.node.dra_claims import CODE as DRA_CODE
 from kgpu.state.cluster import ClusterState
 
 __all__ = ["Allocate", "Bind", "Event", "Pending", "SessionResult", "allocate", "undo"]
 
 
-def allocate(state: ClusterState, scheduler: Scheduler, pods: Sequence[PodSpec]) -> SessionResult:
+def allocate(
+    state: ClusterState,
+    scheduler: Scheduler,
+    pods: Sequence[PodSpec],
+    dra: DraInventory | None = None,
+) -> SessionResult:
+    """``dra``: the DRA objects the scheduler's DraClaims filter reads; a placed pod's
+    claims are allocated there at once (``result.claims``), so the next pod sees its
+    devices taken."""
     result = SessionResult()
     ordered = sorted(range(len(pods)), key=lambda i: -pods[i].priority)
     for i in ordered:
         pod = pods[i]
         outcome = scheduler.schedule(state, pod)
         if isinstance(outcome, Placement):
-            alloc = state.allocate(pod, outcome.node, outcome.gpus)
             node = state.nodes[outcome.node].name
+            if dra is not None and pod.key in dra.pod_claims:
+                info = state.nodes[outcome.node]
+                claimed = dra.record(pod.key, str(node), info.labels)
+                if isinstance(claimed, Refused):  # DraClaims let it through: not expected
+                    result.pending.append(Pending(pod.key, _refused(claimed), claimed.reason))
+                    result.events.append(failed_event(pod.key, claimed.reason))
+                    continue
+                result.claims[pod.key] = claimed.allocations
+            alloc = state.allocate(pod, outcome.node, outcome.gpus)
             result.binds.append(Bind(pod.key, node, outcome.gpus, pod.gpu.milli))
             result.allocations[pod.key] = alloc
             result.events.append(scheduled_event(pod.key, node, outcome.gpus))
@@ -60,9 +80,15 @@ def allocate(state: ClusterState, scheduler: Scheduler, pods: Sequence[PodSpec])
     return result
 
 
-def undo(state: ClusterState, bind: Bind) -> None:
-    """Release a reservation whose bind the edge could not carry out."""
+def _refused(refused: Refused) -> Status:
+    return Status(Code.UNSCHEDULABLE, (refused.reason,), names.DRA_CLAIMS, DRA_CODE)
+
+
+def undo(state: ClusterState, bind: Bind, dra: DraInventory | None = None) -> None:
+    """Release a reservation (and its claims) whose bind the edge could not carry out."""
     state.release(bind.pod)
+    if dra is not None:
+        dra.release(bind.pod)
 
 
 def schedulable(session: Session, job: JobInfo) -> bool:

@@ -90,10 +90,15 @@ class Placer:
         self._options[task.pod.key] = out
         return out
 
+    def _shape(self, pod: PodSpec) -> object:
+        # A pod with DRA claims fits where its claims can be allocated: its shape alone
+        # does not say what it failed to find, so it is remembered on its own.
+        return (pod.shape, pod.key) if self.session.has_claims(pod) else pod.shape
+
     def schedule(self, pod: PodSpec) -> Outcome:
         """A cycle, unless a pod of this shape already failed and nothing was released since."""
         session = self.session
-        shape = pod.shape
+        shape = self._shape(pod)
         failed = self._failed.get(shape)
         if failed is not None and failed[0] == session.room_mark and failed[1] is not None:
             return Unschedulable(pod, failed[1].status, failed[1].node_reasons)
@@ -107,7 +112,7 @@ class Placer:
         that do not say why not (what failed is remembered all the same, without a reason,
         which ``schedule`` works out if it is ever asked)."""
         session = self.session
-        shape = pod.shape
+        shape = self._shape(pod)
         failed = self._failed.get(shape)
         if failed is not None and failed[0] == session.room_mark:
             return None

@@ -132,6 +132,8 @@ class Failures:
 
     def known(self, session: Session, job: JobInfo, queue: int) -> bool:
         pods = session.callbacks.needed(job)  # asked once: a loop over the job's pods
+        if session.dra is not None and any(session.has_claims(t.pod) for t in pods):
+            return False  # what DRA claims fit is not told by sizes
         if self._sizes(job, queue, pods) in self._alike:
             return True
         single = self._single(job, queue, pods)
@@ -145,6 +147,8 @@ class Failures:
 
     def add(self, session: Session, job: JobInfo, queue: int) -> None:
         pods = session.callbacks.needed(job)
+        if session.dra is not None and any(session.has_claims(t.pod) for t in pods):
+            return
         self._alike.add(self._sizes(job, queue, pods))
         single = self._single(job, queue, pods)
         if single is not None:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
+from kgpu.dra.gpu_count import DraGpus
 from kgpu.model.nodepool import NodeTerm
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.taints import Toleration
@@ -50,6 +51,21 @@ class UnplacedPod:
     @property
     def wants_gpu(self) -> bool:
         return self.pod.gpu.count > 0 or self.gpu_memory_mib > 0
+
+
+def with_dra_demand(pending: UnplacedPod, gpus: DraGpus) -> UnplacedPod:
+    """``pending`` as the planner should see it when its GPUs are asked through DRA claims:
+    its unallocated GPU claims as the whole GPUs (or share of one) a trigger pod asks for,
+    of the products their selectors pin (:func:`kgpu.dra.gpu_count.DraGpus.demand_request`).
+    A pod that also asks in another dialect, or has no GPU claim, is left as it is: an
+    autoscaler cannot see DRA demand (kubernetes-sigs/karpenter#1231), so without this the
+    pod would wait for a node that never comes."""
+    if pending.wants_gpu:
+        return pending
+    request = gpus.demand_request(str(pending.key))
+    if request is None:
+        return pending
+    return replace(pending, pod=replace(pending.pod, gpu=request))
 
 
 @dataclass(frozen=True, slots=True)

@@ -438,20 +438,31 @@ def simulate_workspaces(
     type=click.Path(dir_okay=False, path_type=Path),
     help="write each pod's wait, the new nodes and the triggers as JSON to this file",
 )
+@click.option(
+    "--dra",
+    is_flag=True,
+    help="GPUs published through DRA (ResourceSlices) and pods that claim them in "
+    "ResourceClaims: 10 pods of 4 GPUs of the pool's model and 8 of one GPU arrive",
+)
 def simulate_autoscale(
     nodepool_file: Path | None,
     policy: str,
     launch_delay: float,
     fail_launches: int,
     json_out: Path | None,
+    dra: bool,
 ) -> None:
     """40 pods of 0.5 GPU and 10 pods of 4 GPUs arrive at a full cluster: kgpu plans trigger
     pods, a Karpenter model launches nodes from the NodePool, and the table shows how long
-    each pod waited and where it runs."""
+    each pod waited and where it runs. With --dra the pods ask for GPUs through
+    ResourceClaims, which Karpenter cannot see: kgpu's triggers stand for them."""
     from rich.table import Table
 
+    from kgpu.autoscale.demand import UnplacedPod
     from kgpu.kube.anchors.karpenter import NodePoolError
+    from kgpu.sim.autoscale_dra import dra_cluster_scenario
     from kgpu.sim.autoscale_run import (
+        Arrival,
         default_pools,
         full_cluster_scenario,
         load_nodepools,
@@ -461,7 +472,12 @@ def simulate_autoscale(
 
     try:
         pools = load_nodepools(nodepool_file) if nodepool_file else default_pools()
-        nodes, running, arrivals = full_cluster_scenario(pools)
+        inventory = None
+        if dra:
+            nodes, running, claiming, inventory = dra_cluster_scenario(pools)
+            arrivals = [Arrival(0.0, UnplacedPod(p)) for p in claiming]
+        else:
+            nodes, running, arrivals = full_cluster_scenario(pools)
         run = run_autoscale(
             nodes,
             running,
@@ -470,8 +486,9 @@ def simulate_autoscale(
             policy=policy,
             launch=LaunchTimes.until_ready(launch_delay),
             fail_first=fail_launches,
+            dra=inventory,
         )
-    except (ProfileError, NodePoolError) as exc:
+    except (ProfileError, NodePoolError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     table = Table("pod", "GPUs", "node", "waited s")
     for p in run.pods:

@@ -104,6 +104,19 @@ class DraInventory:
                 inv.in_use.take(claim.key, claim.allocation.results, inv.shared)
         return inv
 
+    def add_slices(self, slices: Iterable[ResourceSlice]) -> None:
+        """Slices published since the build (a node that joined): pools are made again
+        over all slices; what claims hold stays taken."""
+        every = [s for pool in self.pools for s in pool.slices]
+        self.pools = _pools([*every, *slices], self.notes)
+        self.shared = {
+            device_id(s.driver, s.pool, d.name)
+            for pool in self.pools
+            for s in pool.slices
+            for d in s.devices
+            if d.allow_multiple
+        }
+
     @property
     def empty(self) -> bool:
         return not (self.pools or self.claims or self.pod_claims or self.unresolved)
@@ -127,7 +140,9 @@ class DraInventory:
         name = ref.claim_name or f"{pod}-{ref.name}"
         return f"{namespace}/{name}"
 
-    def _resolve(self, pod_key: str) -> list[ResourceClaim] | str:
+    def resolve(self, pod_key: str) -> list[ResourceClaim] | str:
+        """The pod's claims (one made from its template, not yet recorded, when there is
+        none), or why one cannot be found."""
         why = self.unresolved.get(pod_key)
         if why is not None:
             return why
@@ -154,7 +169,7 @@ class DraInventory:
     ) -> Allocated | Refused:
         """What the pod's claims would get on ``node`` (claims allocated before included),
         recording nothing."""
-        claims = self._resolve(pod_key)
+        claims = self.resolve(pod_key)
         if isinstance(claims, str):
             return Refused(claims)
         done: dict[str, ClaimAllocation] = {}
@@ -220,6 +235,31 @@ class DraInventory:
             else:
                 self.claims[key] = replace(claim, reserved_for=reserved)
         return released
+
+    def claim_keys(self, pod_key: str) -> list[str]:
+        namespace, _, pod = pod_key.partition("/")
+        return [self.claim_key(namespace, pod, ref) for ref in self.pod_claims.get(pod_key, ())]
+
+    def saved(self, pod_key: str) -> dict[str, ResourceClaim | None]:
+        """The pod's claims as they are now, for :meth:`restore` to put back."""
+        return {key: self.claims.get(key) for key in self.claim_keys(pod_key)}
+
+    def restore(self, saved: Mapping[str, ResourceClaim | None]) -> None:
+        """Put claims back as :meth:`saved` found them, devices taken or given back to
+        match: what a session does when it undoes a tentative placement or eviction."""
+        for key, before in saved.items():
+            now = self.claims.get(key)
+            had = before.allocation if before is not None else None
+            has = now.allocation if now is not None else None
+            if has is not had:
+                if has is not None:
+                    self.in_use.give_back(has.results, self.shared)
+                if had is not None:
+                    self.in_use.take(key, had.results, self.shared)
+            if before is None:
+                self.claims.pop(key, None)
+            else:
+                self.claims[key] = before
 
     def set_pod_claims(self, pod_key: str, refs: Sequence[PodClaim]) -> None:
         if refs:

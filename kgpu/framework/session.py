@@ -24,10 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
 from kgpu.framework.charges import GpuCharges
 from kgpu.framework.gc_pause import collector_paused
 from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session_callbacks import SessionCallbacks, Verdict
+from kgpu.framework.session_claims import SessionClaims
 from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
 from kgpu.framework.session_scratch import SessionScratch
 from kgpu.framework.session_snapshot import Snapshot
@@ -38,7 +41,7 @@ from kgpu.model.decision import Bind, Event, Evict, Nomination
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.job import JobInfo, JobKey, JobSpec, Task, card_problem, singleton_job
 from kgpu.model.ledger import QueueLedger, Shortfall
-from kgpu.model.pod import PodKey
+from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec, QueueTree
 from kgpu.model.resources import BASE, CPU, GPU, MEMORY, Vector, add
 from kgpu.state.cluster import Allocation
@@ -98,6 +101,10 @@ class Session:
         self.tree = QueueTree(specs)
         self.ledger = QueueLedger(self.tree)
         self.charges = GpuCharges(self.state)
+        # DRA claims, recorded as pods are placed and counted in their queues (None without
+        # pods' claims: a session without DRA does as before).
+        dra = snapshot.dra
+        self.dra = SessionClaims(dra) if dra is not None and dra.pod_claims else None
         self.callbacks = SessionCallbacks(self.tree)
         self.result = SessionResult()
         self.cards: dict[str, str | None] = {}  # card each running or placed task holds
@@ -154,6 +161,7 @@ class Session:
         job_named = self.job_named
         allocations = self.state.allocations
         mig = self.charges.held
+        dra = self.dra
         held = [[0, 0, 0] for _ in range(len(self.tree))]
         jobs: list[JobInfo] = []
         for name, group in groups.items():
@@ -177,6 +185,8 @@ class Session:
                 cpu += alloc.cpu_milli
                 memory += alloc.memory_mib
                 gpu += mig(alloc) if alloc.mig_count else alloc.gpu_milli * len(alloc.gpus)
+                if dra is not None:
+                    gpu += dra.milli(pod.key)
             if running and job.queue >= 0:
                 sums = held[job.queue]
                 sums[0] += cpu
@@ -202,11 +212,14 @@ class Session:
                 pod = task.pod
                 sums[0] += pod.cpu_milli
                 sums[1] += pod.memory_mib
-                sums[2] += charges.asked(pod.gpu)
+                milli = charges.asked(pod.gpu)
+                if dra is not None:
+                    milli += dra.milli(pod.key)
+                sums[2] += milli
                 if NAME_ANNOTATION in pod.annotations:
                     card = self.first_card(task)
                     if card is not None:
-                        units = _card_units(card, pod.gpu, charges.asked(pod.gpu))
+                        units = _card_units(card, pod.gpu, milli)
                         add(self.ledger.demand[job.queue], {card: units})
         for q, (cpu, memory, gpu) in enumerate(asked):
             if self.tree.is_leaf(q):  # jobs sit in leaves; parents' demand is their subtree's
@@ -260,7 +273,7 @@ class Session:
             card = next((c for c in names if c in here), None)
             if card is not None:
                 self.cards[task.pod.key] = card
-                units = _card_units(card, task.pod.gpu, self.charges.held(alloc))
+                units = _card_units(card, task.pod.gpu, self._held_milli(task, alloc))
                 self.ledger.charge(job.queue, {card: units})
 
     def job_for(self, task: Task) -> JobInfo:
@@ -301,6 +314,8 @@ class Session:
         :mod:`kgpu.framework.charges`)."""
         pod = task.pod
         milli = self.charges.asked(pod.gpu)
+        if self.dra is not None:
+            milli += self.dra.milli(pod.key)
         vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
         if card is not None:
             vec[card] = _card_units(card, pod.gpu, milli)
@@ -309,11 +324,29 @@ class Session:
     def charge(self, task: Task, alloc: Allocation, card: str | None) -> Vector:
         """What ``task`` holds of its queue's account while it holds ``alloc`` as ``card``."""
         pod = task.pod
-        milli = self.charges.held(alloc)
+        milli = self._held_milli(task, alloc)
         vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
         if card is not None:
             vec[card] = _card_units(card, pod.gpu, milli)
         return vec
+
+    def _held_milli(self, task: Task, alloc: Allocation) -> int:
+        milli = self.charges.held(alloc)
+        if self.dra is not None:
+            milli += self.dra.milli(task.pod.key)
+        return milli
+
+    def has_claims(self, pod: PodSpec) -> bool:
+        """Whether the pod has DRA claims: what it fits then depends on more than its shape."""
+        return self.dra is not None and self.dra.has(pod.key)
+
+    def dra_capacity(self) -> int:
+        """The milli-GPU of the DRA GPU devices of the schedulable nodes (0 without DRA)."""
+        if self.dra is None:
+            return 0
+        state = self.state
+        names = {str(state.nodes[i].name) for i in np.flatnonzero(state.schedulable)}
+        return self.dra.capacity(names)
 
     def held(self, task: Task) -> Vector:
         """What running or placed ``task`` holds of its queue's account."""
@@ -325,12 +358,15 @@ class Session:
         cpu = memory = gpu = 0
         out: Vector = {}
         allocations, held, cards = self.state.allocations, self.charges.held, self.cards
+        dra = self.dra
         for task in tasks:
             pod = task.pod
             cpu += pod.cpu_milli
             memory += pod.memory_mib
             alloc = allocations[pod.key]
             milli = held(alloc) if alloc.mig_count else alloc.gpu_milli * len(alloc.gpus)
+            if dra is not None:
+                milli += dra.milli(pod.key)
             gpu += milli
             card = cards.get(pod.key)
             if card is not None:
@@ -398,6 +434,8 @@ class Session:
             job = self.job_for(task)
         index = _position(job.pending, task)
         alloc = self.state.allocate(task.pod, node, gpus)
+        if self.dra is not None and self.dra.has(task.pod.key):
+            self.dra.place(task.pod.key, self.state.nodes[node])
         vec = self.charge(task, alloc, card)
         self.ledger.charge(job.queue, vec)
         del job.pending[index]
@@ -405,8 +443,13 @@ class Session:
         self.cards[task.pod.key] = card
         return job, alloc, vec, index
 
+    def _dra_undo(self, key: str) -> None:
+        if self.dra is not None:
+            self.dra.undo(key)
+
     def unassign(self, op: Op) -> None:
         self.state.release(op.task.pod.key)
+        self._dra_undo(op.task.pod.key)
         self.ledger.charge(op.job.queue, op.vec, -1)
         placed = op.job.placed
         del placed[_position(placed, op.task)]
@@ -423,6 +466,8 @@ class Session:
         index = _position(job.running, task)
         alloc = self.state.release(task.pod.key)
         vec = self.charge(task, alloc, self.cards.get(task.pod.key))
+        if self.dra is not None and self.dra.has(task.pod.key):
+            self.dra.release(task.pod.key)
         self.ledger.charge(job.queue, vec, -1)
         del job.running[index]
         self.releases += 1
@@ -431,6 +476,7 @@ class Session:
 
     def rebind(self, op: Op) -> None:
         self.state.restore(op.alloc)
+        self._dra_undo(op.task.pod.key)
         self.ledger.charge(op.job.queue, op.vec)
         op.job.running.insert(op.index, op.task)
 
@@ -453,6 +499,8 @@ class Session:
             if op.kind == "allocate":
                 self.result.binds.append(Bind(pod.key, node, op.alloc.gpus, op.alloc.gpu_milli))
                 self.result.allocations[pod.key] = op.alloc
+                if self.dra is not None and self.dra.has(pod.key):
+                    self.result.claims[pod.key] = self.dra.of(pod.key)
                 self.result.events.append(scheduled_event(pod.key, node, op.alloc.gpus))
             elif op.kind == "pipeline":
                 self.result.nominations.append(Nomination(pod.key, node, op.alloc.gpus))
@@ -471,6 +519,7 @@ class Session:
                 self.state.restore(op.alloc)
             else:
                 self.state.release(op.task.pod.key)
+            self._dra_undo(op.task.pod.key)
         self._provisional = []
         result = self.result
         pending, events, statuses = result.pending, result.events, self.statuses

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from kgpu.framework.status import Status
 from kgpu.model.decision import Bind, Event, Evict, Nomination
+from kgpu.model.dra import ClaimAllocation
 from kgpu.model.job import JobInfo, JobKey
 from kgpu.model.ledger import QueueLedger
 from kgpu.model.pod import PodKey
@@ -73,6 +74,9 @@ class SessionResult:
     # What each bound pod holds on its node (GPU slots and memory, MIG, RDMA, FPGA): the
     # devices the edge writes for the node agent.
     allocations: dict[PodKey, Allocation] = field(default_factory=dict)
+    # The DRA claims each bound pod's placement allocated (claim key -> allocation), as the
+    # edge writes them into the claims' status before the Binding.
+    claims: dict[PodKey, dict[str, ClaimAllocation]] = field(default_factory=dict)
     pending: list[Pending] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     evictions: list[Evict] = field(default_factory=list)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kgpu.dra.inventory import DraInventory
 from kgpu.model.job import JobSpec, Task
 from kgpu.model.pod import PodKey
 from kgpu.model.queue import QueueSpec
@@ -23,3 +24,6 @@ class Snapshot:
     # Pending pods whose victims of an earlier session are still terminating: they may be
     # placed, but they evict no one (another eviction would take more than they need).
     victims_leaving: frozenset[PodKey] = frozenset()
+    # The DRA objects and their claims (None: no DRA). A session records the claims of the
+    # pods it places in it, and counts their GPUs in their queues' accounts.
+    dra: DraInventory | None = None

@@ -162,19 +162,6 @@ def build_scheduler(
     return Scheduler(pre_filters, filters, scores, gpu_choice)
 
 
-def dra_scheduler(profile: Profile, context: PluginContext) -> Scheduler:
-    """The profile's scheduler; with DRA objects (``context.dra``), ``DraClaims`` is its
-    last filter and no verdict is kept per pod shape (they depend on devices taken
-    anywhere). The simulation, its ``--explain`` and ``kgpu run`` all build it so."""
-    if context.dra is None:
-        return build_scheduler(profile, context)
-    if names.DRA_CLAIMS not in profile.filters:
-        profile = profile.model_copy(update={"filters": (*profile.filters, names.DRA_CLAIMS)})
-    scheduler = build_scheduler(profile, context)
-    scheduler.use_cache = False
-    return scheduler
-
-
 def build_group_scheduler(
     profile: GroupProfile,
     context: PluginContext | None = None,

@@ -27,11 +27,13 @@ from typing import Any
 import yaml
 
 from kgpu.actions.allocate import allocate
-from kgpu.autoscale.demand import UnplacedPod
+from kgpu.autoscale.demand import UnplacedPod, with_dra_demand
 from kgpu.autoscale.observed import Observed, ObservedNode, ObservedTrigger
 from kgpu.autoscale.planner import PlannerConfig
 from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
 from kgpu.config import load_profile
+from kgpu.dra.gpu_count import DraGpus
+from kgpu.dra.inventory import DraInventory
 from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.anchors.karpenter import NodePoolError, nodepools_from_documents
 from kgpu.model.gpu import gpu_share, whole_gpus
@@ -39,7 +41,9 @@ from kgpu.model.node import NodeInfo
 from kgpu.model.nodepool import CATALOGUE, NodePool
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.taints import Effect, Taint, Toleration
-from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.plugins.registry import PluginContext
+from kgpu.sim.autoscale_dra import publish
+from kgpu.sim.manifest_dra import dra_scheduler
 from kgpu.sim.provisioner import LaunchTimes, Provisioner, SimTrigger
 from kgpu.sim.yaml_documents import load_documents
 from kgpu.state.cluster import ClusterState
@@ -144,18 +148,27 @@ class AutoscaleRun:
 class _Cluster:
     """The ClusterState and a scheduler for it, rebuilt when nodes join."""
 
-    def __init__(self, nodes: Sequence[NodeInfo], policy: str, typical: list[PodSpec]) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[NodeInfo],
+        policy: str,
+        typical: list[PodSpec],
+        dra: DraInventory | None = None,
+    ) -> None:
         self.policy = policy
-        self.context = PluginContext(typical_pods=typical_pods(typical))
+        self.dra = dra
+        self.context = PluginContext(typical_pods=typical_pods(typical), dra=dra)
         self.specs: dict[PodKey, PodSpec] = {}
         self.state = ClusterState(nodes)
         self.scheduler = self._scheduler()
 
     def _scheduler(self) -> Scheduler:
         # A new scheduler per state: plugins keep per-state models keyed by the state.
-        return build_scheduler(load_profile(self.policy), self.context)
+        return dra_scheduler(load_profile(self.policy), self.context)
 
     def join(self, nodes: Sequence[NodeInfo]) -> None:
+        if self.dra is not None:  # their GPUs are published as ResourceSlices
+            nodes = publish(self.dra, list(nodes))
         old = self.state
         self.state = ClusterState([*old.nodes, *nodes])
         for alloc in old.allocations.values():  # node indexes stay: new nodes come last
@@ -163,7 +176,7 @@ class _Cluster:
         self.scheduler = self._scheduler()
 
     def place(self, pods: Sequence[PodSpec]) -> dict[PodKey, str]:
-        result = allocate(self.state, self.scheduler, pods)
+        result = allocate(self.state, self.scheduler, pods, self.dra)
         by_key = {p.key: p for p in pods}
         for bind in result.binds:
             self.specs[bind.pod] = by_key[bind.pod]  # to place it again when nodes join
@@ -180,14 +193,22 @@ def simulate_autoscale(
     controller: ControllerConfig | None = None,
     fail_first: int = 0,
     horizon_s: float = 7200.0,
+    dra: DraInventory | None = None,
 ) -> AutoscaleRun:
-    """Replay ``arrivals`` on ``nodes`` (with ``running`` pods on (node, GPUs) already)."""
+    """Replay ``arrivals`` on ``nodes`` (with ``running`` pods on (node, GPUs) already).
+    ``dra``: the DRA objects and the pods' claims (:mod:`kgpu.sim.autoscale_dra`); running
+    pods' claims are allocated on their nodes first, joining nodes publish their GPUs, and
+    the planner sees pending pods' GPU claims as GPU demand."""
     config = controller or ControllerConfig(planner=PlannerConfig(pools=pools))
     ctl = TriggerController(config)
     prov = Provisioner(pools, launch, fail_first=fail_first)
     typical = [a.pod.pod for a in arrivals] + [p for p, _, _ in running]
-    cluster = _Cluster(nodes, policy, typical)
+    cluster = _Cluster(nodes, policy, typical, dra)
+    counter = DraGpus(dra) if dra is not None else None
     for pod, node, gpus in running:
+        if dra is not None and pod.key in dra.pod_claims:
+            info = cluster.state.nodes[node]
+            dra.record(pod.key, str(info.name), info.labels)
         cluster.state.allocate(pod, node, gpus)
         cluster.specs[pod.key] = pod
     first_new = len(nodes)
@@ -207,7 +228,8 @@ def simulate_autoscale(
         while queue and queue[0].at <= now:
             a = queue.pop(0)
             pending[a.pod.key] = a.pod
-            waits[a.pod.key] = PodWait(a.pod.key, _gpus(a.pod), a.at)
+            shown = with_dra_demand(a.pod, counter) if counter is not None else a.pod
+            waits[a.pod.key] = PodWait(a.pod.key, _gpus(shown), a.at)
         joined = prov.step(now, triggers)
         if joined:
             cluster.join(joined)
@@ -221,11 +243,14 @@ def simulate_autoscale(
                 )
                 for n in joined
             ]
+        demand = list(pending.values())
+        if counter is not None:  # what the planner reads of DRA claims
+            demand = [with_dra_demand(p, counter) for p in demand]
         place()
         acts = ctl.step(
             Observed(
                 now,
-                list(pending.values()),
+                demand,
                 [_observed(name, t) for name, t in triggers.items()],
                 prov.observed(now),
                 [ObservedNode(n.name, True) for n in cluster.state.nodes],
@@ -258,6 +283,15 @@ def simulate_autoscale(
         if len(state) > first_new
         else 0
     )
+    if dra is not None and counter is not None:
+        new = {str(n.name) for n in state.nodes[first_new:]}
+        run.new_gpu_milli_used += sum(
+            milli
+            for key in dra.claims
+            if (claim := dra.claims[key]).allocation is not None
+            and claim.allocation.node_name in new
+            and (milli := counter.claim_milli(claim))
+        )
     return run
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kgpu.actions.dra_scheduler import dra_scheduler
 from kgpu.dra.inventory import DraInventory
 from kgpu.kube.objects.dra_objects import (
     device_class_from_k8s,
@@ -28,9 +29,6 @@ from kgpu.model.dra import (
     ResourceClaimTemplate,
     ResourceSlice,
 )
-from kgpu.plugins.registry import dra_scheduler
-
-__all__ = ["dra_inventory", "dra_scheduler", "render_claims"]
 
 
 def dra_inventory(
@@ -74,3 +72,6 @@ def render_claims(allocations: Mapping[str, ClaimAllocation]) -> tuple[str, ...]
         where = f" (node {allocation.node_name})" if allocation.node_name else " (all nodes)"
         lines.append(f"{key}: {devices}{where}")
     return tuple(lines)
+
+
+__all__ = ["dra_inventory", "dra_scheduler", "render_claims"]

@@ -6,7 +6,8 @@ the running tasks, the others the pending ones, and one session runs over them w
 profile's actions (by default enqueue, allocate, backfill, reclaim, preempt), through the
 very code the live loop uses (:func:`kgpu.kube.snapshot.session_input.assemble`, then
 :func:`kgpu.actions.session_runner.run_session`): the same queue tree, fair shares, gangs,
-card quotas, PriorityClass of a PodGroup, victims.
+card quotas, PriorityClass of a PodGroup, victims, and DRA: the claims of the pods it
+places are allocated (each pod's devices shown) and their GPUs count in their queues.
 So a team can try a Queue or a gang on a copy of its cluster before it creates them.
 
 Jobs of equal priority go by creation time (``metadata.creationTimestamp``), then name, as
@@ -25,6 +26,7 @@ from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, PendingPod
 from kgpu.kube.snapshot.session_input import QueueReader, assemble
+from kgpu.sim.manifest_dra import render_claims
 from kgpu.sim.manifest_results import ManifestRun, PodResult, PodStatus
 
 Obj = Mapping[str, Any]
@@ -53,6 +55,7 @@ def session_results(
     )
     pending = [p for p, _ in waiting]
     made = assemble(CacheSnapshot(run.state, bound=list(running)), pending, {}, objects, now=NOW)
+    made.snapshot.dra = run.dra  # the session records the claims of the pods it places
     decided = run_session(made.snapshot, scheduler, session_config(profile))
     run.notes.extend(problem.message for problem in objects.problems)
     evicted = {str(e.pod): e.message for e in decided.evictions}
@@ -70,7 +73,18 @@ def session_results(
         if key in binds:
             bind = binds[key]
             gpus = tuple(sorted(bind.gpus))
-            out.append(PodResult(key, source, PodStatus.SCHEDULED, bind.node, gpus, bind.gpu_milli))
+            claims = render_claims(decided.claims.get(key, {}))
+            out.append(
+                PodResult(
+                    key,
+                    source,
+                    PodStatus.SCHEDULED,
+                    bind.node,
+                    gpus,
+                    bind.gpu_milli,
+                    resource_claims=claims,
+                )
+            )
         elif key in nominated:
             chosen = nominated[key]
             gpus = tuple(sorted(chosen.gpus))

@@ -367,12 +367,6 @@ def simulate_manifests(directory: Path, policy: str = "kgpu") -> ManifestRun:
         (p for p in pods if not p.node_name), key=lambda p: (-p.spec.priority, p.order)
     )
     if converted.groups:
-        if dra is not None and dra.pod_claims:
-            run.notes.append(
-                "with Queues or PodGroups, pods' resource claims are checked by the DraClaims "
-                "filter but their allocations are not recorded (kgpu's session does not hold "
-                "them yet)"
-            )
         run.session = True
         run.results.extend(
             session_results(

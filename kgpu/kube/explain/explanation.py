@@ -29,7 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from kgpu.actions.dra_scheduler import dra_scheduler
 from kgpu.config import load_profile
+from kgpu.dra.inventory import DraInventory
 from kgpu.framework.scheduler import Placement, Scheduler
 from kgpu.kube.anchors.volcano import VOLCANO_PODGROUPS, VOLCANO_QUEUES
 from kgpu.kube.api.errors import KubeError
@@ -46,6 +48,7 @@ from kgpu.kube.api.resource_types import (
 from kgpu.kube.explain.near_miss import NearMiss, cpu_text, gpu_share_text, memory_text, near_misses
 from kgpu.kube.explain.session_verdict import GroupObjects, session_verdict
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse
+from kgpu.kube.objects.dra_objects import pod_claims_from_k8s
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s, pod_node_name
 from kgpu.kube.objects.record_signature import RecordKey, default_secret, key_of_secret
 from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE
@@ -57,7 +60,7 @@ from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec
 from kgpu.model.resources import show_vector
 from kgpu.model.units import MILLI_PER_GPU
-from kgpu.plugins.registry import PluginContext, build_scheduler
+from kgpu.plugins.registry import PluginContext
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import typical_pods
 
@@ -284,6 +287,7 @@ def explain_from_objects(
     reservation_namespace: str | None = RESERVATION_NAMESPACE,
     record_key: RecordKey | str | None = None,
     groups: GroupObjects | None = None,
+    dra: DraInventory | None = None,
 ) -> Explanation:
     """The answer for ``obj`` (a Pod) in the cluster of ``nodes`` and ``pods`` (API objects),
     as the live scheduler would see it: the same snapshot (Ready nodes only, bound pods of
@@ -292,7 +296,11 @@ def explain_from_objects(
     refuses to place (``kgpu run`` confines shares: ``reservation_namespace``; one the
     webhook did not give its GPU environment) is answered with why. ``record_key`` checks
     kgpu's records on pods as the scheduler does; a text instead says why it could not be
-    read (the records are then shown as written, with that said)."""
+    read (the records are then shown as written, with that said). ``dra``: the cluster's
+    DRA objects (DeviceClasses, ResourceSlices, ResourceClaims and their templates) read
+    into an inventory; the pods' ``spec.resourceClaims`` are read here, the DraClaims filter
+    joins the profile, and a pod whose claims cannot be allocated is told which claim,
+    request, selector, capacity or constraint stopped it, on each node."""
     key = record_key if isinstance(record_key, RecordKey) else None
     builder = SnapshotBuilder(scheduler_name, reservation_namespace, record_key=key)
     snap = builder.build(nodes, pods, {})
@@ -312,9 +320,11 @@ def explain_from_objects(
     for refused, error in snap.unreadable:
         if target and uid(refused) == target:
             return explain_unreadable(object_ref("Pod", obj).removeprefix("Pod "), error, notes)
-    context = PluginContext(typical_pods=typical_pods(snap.specs))
+    if dra is not None:
+        _read_pod_claims(dra, [obj, *pods])
+    context = PluginContext(typical_pods=typical_pods(snap.specs), dra=dra)
     profile = load_profile(policy)
-    scheduler = build_scheduler(profile, context)
+    scheduler = dra_scheduler(profile, context)
     ref = object_ref("Pod", obj).removeprefix("Pod ")
     namespace = ref.split("/", 1)[0]
     groups = groups or GroupObjects(queues=queues)
@@ -325,7 +335,7 @@ def explain_from_objects(
         return answer
     # The loop's session over the same objects has the last word (it sees the PodGroup,
     # the gang and the queue the tiers above do not); it runs last, as it binds in the state.
-    verdict = session_verdict(snap, PodKey(ref), scheduler, profile, objects)
+    verdict = session_verdict(snap, PodKey(ref), scheduler, profile, objects, dra)
     fits = "fits now" in answer.summary
     if verdict is None or (verdict.node and fits) or verdict.message == answer.nodes:
         return answer  # the session agrees with the tiers: their words stand
@@ -335,6 +345,18 @@ def explain_from_objects(
     else:
         summary = f"Pod {ref} is pending: {verdict.message}"
     return replace(answer, summary=summary)
+
+
+def _read_pod_claims(dra: DraInventory, pods: Iterable[Obj]) -> None:
+    """Each pod's ``spec.resourceClaims`` into ``dra``; a pod whose claims cannot be read is
+    left without (its conversion error is what explain says of it)."""
+    for pod in pods:
+        try:
+            claims = pod_claims_from_k8s(pod)
+        except ConversionError:
+            continue
+        if claims:
+            dra.set_pod_claims(object_ref("Pod", pod).removeprefix("Pod "), claims)
 
 
 def queues_for(objects: QueueObjects, namespace: str) -> dict[str, QueueSpec | str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgpu.actions.session_runner import run_session, session_config
+from kgpu.dra.inventory import DraInventory
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot
@@ -49,16 +50,23 @@ class Verdict:
 
 
 def session_verdict(
-    snap: CacheSnapshot, pod: PodKey, scheduler: Scheduler, profile: Profile, objects: QueueObjects
+    snap: CacheSnapshot,
+    pod: PodKey,
+    scheduler: Scheduler,
+    profile: Profile,
+    objects: QueueObjects,
+    dra: DraInventory | None = None,
 ) -> Verdict | None:
     """The session's verdict on pending ``pod`` (None if it is not among the scheduler's
-    pending pods). Runs over ``snap.state``, which keeps the session's binds: call it last."""
+    pending pods). Runs over ``snap.state`` (and ``dra``, the DRA objects), which keep the
+    session's binds and claims: call it last."""
     batch = [p for p in snap.pending if p.spec.key == pod] + [
         p for p in snap.pending if p.spec.key != pod
     ]
     if not batch or batch[0].spec.key != pod:
         return None
     made = assemble(snap, batch, {}, objects)
+    made.snapshot.dra = dra
     if pod in made.blocked:
         return Verdict(message=made.blocked[pod][1])
     result = run_session(made.snapshot, scheduler, session_config(profile))

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kgpu.actions.dra_scheduler import dra_scheduler
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.api.client import KubeClient
@@ -45,7 +46,7 @@ from kgpu.kube.snapshot.dra_inventory import (
     DraReader,
 )
 from kgpu.plugins.node.dra_claims import DraClaims
-from kgpu.plugins.registry import PluginContext, dra_scheduler
+from kgpu.plugins.registry import PluginContext
 from kgpu.state.fragmentation import TypicalPod
 
 log = logging.getLogger(__name__)

@@ -34,9 +34,11 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kgpu.autoscale.demand import UnplacedPod
+from kgpu.autoscale.demand import UnplacedPod, with_dra_demand
 from kgpu.autoscale.observed import Actions, Observed
 from kgpu.autoscale.trigger_controller import ControllerConfig, TriggerController
+from kgpu.dra.gpu_count import DraGpus
+from kgpu.dra.inventory import DraInventory
 from kgpu.kube.anchors.karpenter import live_nodepools, observed_node, observed_nodeclaim
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound
 from kgpu.kube.api.resource_types import PODS, Resource
@@ -155,6 +157,9 @@ class Autoscaler:
         self._known = {t.name: t for p in planner.pools for t in p.instance_types}
         self._warned: dict[str, str] = {}  # NodePool uid or name -> the message warned
         self.refused: dict[str, str] = {}  # NodePool name -> why it is not used, this round
+        # The DRA objects and pods' claims as the loop last read them (None: no DRA): a
+        # pending pod's GPU claims are GPU demand, which no autoscaler sees on its own.
+        self.dra: DraInventory | None = None
 
     def use_nodepools(self, objs: Sequence[Mapping[str, Any]]) -> None:
         """Plan with the cluster's NodePools (``karpenter.sh/v1`` objects) from now on: each
@@ -229,9 +234,12 @@ class Autoscaler:
             if now - first < self.options.pending_after_s:
                 continue
             try:
-                out.append(pending_from_k8s(obj))
+                pending = pending_from_k8s(obj)
             except ConversionError:
                 continue  # the loop reports it; no node would help
+            if self.dra is not None and key in self.dra.pod_claims:
+                pending = with_dra_demand(pending, DraGpus(self.dra))
+            out.append(pending)
         self._first_seen = {k: v for k, v in self._first_seen.items() if k in waiting}
         return out
 

@@ -52,7 +52,9 @@ class Proportion:
 
     def on_open(self, session: Session) -> None:
         ledger, tree = session.ledger, session.tree
-        ledger.fair = fair_shares(tree, capacity(session.state), ledger.demand)
+        offered = capacity(session.state)
+        offered[GPU] += session.dra_capacity()  # DRA GPUs are GPUs too
+        ledger.fair = fair_shares(tree, offered, ledger.demand)
 
         ratios: dict[int, tuple[int, float]] = {}
 
