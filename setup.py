@@ -58,6 +58,7 @@ COMPILED = [
     "kgpu/kube/objects/node_pod.py",
     "kgpu/kube/objects/object_bounds.py",
     "kgpu/kube/objects/record_signature.py",
+    "kgpu/kube/snapshot/alike_pods.py",
     "kgpu/kube/snapshot/allocation_rebuild.py",
     "kgpu/kube/snapshot/cache_snapshot.py",
     "kgpu/kube/snapshot/conversion_cache.py",
