@@ -12,7 +12,9 @@ A pod's version written by its own Binding, which sets ``spec.nodeName`` and add
 allocation annotations and changes nothing else the reading depends on, keeps the PodSpec
 read of its pending version, with the new annotations (:func:`_bound_spec`): each pod's
 request is parsed once, not once pending and again bound (the parse is about 70 of the
-100 CPU µs a pod's reading takes; comparing the two versions, about 10).
+100 CPU µs a pod's reading takes; comparing the two versions, about 10). A new pod that
+asks what an earlier one asked, and a record written alike, are not parsed again either
+(:mod:`kgpu.kube.snapshot.alike_pods`).
 
 Entries of objects gone from the caches are dropped at the end of each build
 (:meth:`ConversionCache.forget`), so memory follows the cluster's size, not its history.
@@ -30,6 +32,7 @@ from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, DeviceAll
 from kgpu.kube.objects.gpu_env import asks_device_plugin, own_env
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s
 from kgpu.kube.objects.record_signature import RECORDS, RecordKey
+from kgpu.kube.snapshot.alike_pods import AlikePods
 from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodSpec
 
@@ -89,10 +92,14 @@ _BINDING_ANNOTATIONS = frozenset((*RECORDS, DEVICE_ALLOCATED_ANNOTATION))
 
 
 def read_pod(
-    obj: Mapping[str, Any], known: PodSpec | None = None, record_key: RecordKey | None = None
+    obj: Mapping[str, Any],
+    known: PodSpec | None = None,
+    record_key: RecordKey | None = None,
+    alike: AlikePods | None = None,
 ) -> PodReading:
-    """Read one pod version; its PodSpec from scratch unless ``known`` gives it. With
-    ``record_key``, its records are read only if their signature verifies."""
+    """Read one pod version; its PodSpec from scratch unless ``known`` gives it (or
+    ``alike`` has read a pod that asks the same). With ``record_key``, its records are read
+    only if their signature verifies."""
     m = meta(obj)
     untrusted = record_key.problem(obj) if record_key is not None else ""
     key = _key(m)
@@ -102,7 +109,7 @@ def read_pod(
         spec = known
     else:
         try:
-            spec = pod_from_k8s(obj)
+            spec = pod_from_k8s(obj) if alike is None else alike.read(obj)
         except ConversionError as exc:
             spec = exc
     plugin = asks_device_plugin(obj)
@@ -121,7 +128,7 @@ def read_pod(
         phase,
         deleting,
         spec,
-        None if untrusted else _allocation(obj, m),
+        None if untrusted else _allocation(obj, m, alike),
         plugin,
         untrusted,
         env,
@@ -162,13 +169,15 @@ def _without_binding(annotations: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _allocation(
-    obj: Mapping[str, Any], m: Mapping[str, Any]
+    obj: Mapping[str, Any], m: Mapping[str, Any], alike: AlikePods | None = None
 ) -> DeviceAllocation | ConversionError | None:
     annotations = m.get("annotations")
     text = annotations.get(ALLOCATION_ANNOTATION) if isinstance(annotations, Mapping) else None
     if text is None:
         return None
     try:
+        if alike is not None:
+            return alike.allocation(obj, str(text))
         return parse(object_ref("Pod", obj), str(text))
     except ConversionError as exc:
         return exc
@@ -179,6 +188,7 @@ class ConversionCache:
 
     def __init__(self, record_key: RecordKey | None = None) -> None:
         self.record_key = record_key
+        self._alike = AlikePods()
         self._pods: dict[str, PodReading] = {}
         self._nodes: dict[str, tuple[str, NodeInfo | ConversionError]] = {}
         self._pods_seen: set[str] = set()
@@ -195,7 +205,7 @@ class ConversionCache:
         spec = None
         if known is not None and known.uid and known.uid == m.get("uid"):
             spec = _bound_spec(known, obj)
-        reading = read_pod(obj, spec, self.record_key)
+        reading = read_pod(obj, spec, self.record_key, self._alike)
         self._pods[mark] = reading
         return reading
 
