@@ -14,13 +14,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kgpu.kube.objects.dra_objects import (
-    device_class_from_k8s,
+from kgpu.kube.objects.dra_claim_objects import (
     pod_claims_from_k8s,
     resource_claim_from_k8s,
     resource_claim_template_from_k8s,
-    resource_slice_from_k8s,
 )
+from kgpu.kube.objects.dra_objects import device_class_from_k8s, resource_slice_from_k8s
 from kgpu.kube.objects.fields import ConversionError
 from kgpu.model.dra import AllocationMode, PodClaim, parse_semver
 from tests.dra_fixtures import GPU_CLASS, MIG_CLASS, claim, exactly, gpu, mig, slice_, template

@@ -17,7 +17,7 @@ from kgpu.dra.gpu_count import (
     request_milli,
     spec_milli,
 )
-from kgpu.kube.objects.dra_objects import resource_claim_from_k8s
+from kgpu.kube.objects.dra_claim_objects import resource_claim_from_k8s
 from kgpu.model.dra import AllocationMode, ExactRequest
 from kgpu.sim.manifest_results import PodStatus
 from kgpu.sim.manifests import simulate_manifests
@@ -284,7 +284,8 @@ def _session_of(tmp_path: Path, *docs: Obj) -> Any:
     from kgpu.actions.session_runner import run_session, session_config
     from kgpu.config import load_profile
     from kgpu.dra.allocator import Refused
-    from kgpu.kube.objects.dra_objects import is_dra, pod_claims_from_k8s
+    from kgpu.kube.objects.dra_claim_objects import pod_claims_from_k8s
+    from kgpu.kube.objects.dra_objects import is_dra
     from kgpu.kube.objects.node_pod import node_from_k8s, pod_from_k8s
     from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot, PendingPod
     from kgpu.kube.snapshot.session_input import QueueReader, assemble

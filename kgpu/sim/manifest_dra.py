@@ -14,12 +14,11 @@ from typing import Any
 
 from kgpu.actions.dra_scheduler import dra_scheduler
 from kgpu.dra.inventory import DraInventory
-from kgpu.kube.objects.dra_objects import (
-    device_class_from_k8s,
+from kgpu.kube.objects.dra_claim_objects import (
     resource_claim_from_k8s,
     resource_claim_template_from_k8s,
-    resource_slice_from_k8s,
 )
+from kgpu.kube.objects.dra_objects import device_class_from_k8s, resource_slice_from_k8s
 from kgpu.kube.objects.fields import ConversionError
 from kgpu.model.dra import (
     ClaimAllocation,

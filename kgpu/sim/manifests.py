@@ -51,7 +51,8 @@ from kgpu.kube.anchors.koordinator import (
 )
 from kgpu.kube.anchors.volcano_job import expand_job, is_volcano_job
 from kgpu.kube.objects.device_allocation import render_allocation
-from kgpu.kube.objects.dra_objects import is_dra, pod_claims_from_k8s
+from kgpu.kube.objects.dra_claim_objects import pod_claims_from_k8s
+from kgpu.kube.objects.dra_objects import is_dra
 from kgpu.kube.objects.node_pod import (
     ConversionError,
     object_ref,

@@ -48,7 +48,7 @@ from kgpu.kube.api.resource_types import (
 from kgpu.kube.explain.near_miss import NearMiss, cpu_text, gpu_share_text, memory_text, near_misses
 from kgpu.kube.explain.session_verdict import GroupObjects, session_verdict
 from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION, parse
-from kgpu.kube.objects.dra_objects import pod_claims_from_k8s
+from kgpu.kube.objects.dra_claim_objects import pod_claims_from_k8s
 from kgpu.kube.objects.node_pod import ConversionError, object_ref, pod_from_k8s, pod_node_name
 from kgpu.kube.objects.record_signature import RecordKey, default_secret, key_of_secret
 from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE

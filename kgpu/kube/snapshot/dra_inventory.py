@@ -26,13 +26,12 @@ from typing import Any, Final, TypeVar
 
 from kgpu.dra.inventory import DraInventory
 from kgpu.kube.api.resource_types import Resource, meta, object_key, resource_version, uid
-from kgpu.kube.objects.dra_objects import (
-    device_class_from_k8s,
+from kgpu.kube.objects.dra_claim_objects import (
     pod_claims_from_k8s,
     resource_claim_from_k8s,
     resource_claim_template_from_k8s,
-    resource_slice_from_k8s,
 )
+from kgpu.kube.objects.dra_objects import device_class_from_k8s, resource_slice_from_k8s
 from kgpu.kube.objects.fields import ConversionError
 from kgpu.kube.snapshot.cache_snapshot import PendingPod, Problem
 from kgpu.model.dra import MAX_POD_CLAIMS, PodClaim, ResourceClaim
