@@ -203,7 +203,6 @@ class Session:
         jobs.sort(key=lambda j: j.spec.key)
         self.jobs = jobs
         asked = [[0, 0, 0] for _ in range(len(self.tree))]
-        charges = self.charges
         for job in self.jobs:
             if job.queue < 0 or not job.pending:
                 continue
@@ -212,9 +211,7 @@ class Session:
                 pod = task.pod
                 sums[0] += pod.cpu_milli
                 sums[1] += pod.memory_mib
-                milli = charges.asked(pod.gpu)
-                if dra is not None:
-                    milli += dra.milli(pod.key)
+                milli = self._asked_milli(pod)
                 sums[2] += milli
                 if NAME_ANNOTATION in pod.annotations:
                     card = self.first_card(task)
@@ -313,9 +310,7 @@ class Session:
         and reclaim count (a GPU share that depends on the node as its largest, see
         :mod:`kgpu.framework.charges`)."""
         pod = task.pod
-        milli = self.charges.asked(pod.gpu)
-        if self.dra is not None:
-            milli += self.dra.milli(pod.key)
+        milli = self._asked_milli(pod)
         vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
         if card is not None:
             vec[card] = _card_units(card, pod.gpu, milli)
@@ -330,7 +325,15 @@ class Session:
             vec[card] = _card_units(card, pod.gpu, milli)
         return vec
 
+    def _asked_milli(self, pod: PodSpec) -> int:
+        """The milli-GPU pending ``pod`` counts: its GPU request's, and its DRA claims'."""
+        milli = self.charges.asked(pod.gpu)
+        if self.dra is not None:
+            milli += self.dra.milli(pod.key)
+        return milli
+
     def _held_milli(self, task: Task, alloc: Allocation) -> int:
+        """The milli-GPU ``task`` counts while it holds ``alloc``, its DRA claims' included."""
         milli = self.charges.held(alloc)
         if self.dra is not None:
             milli += self.dra.milli(task.pod.key)
