@@ -139,8 +139,8 @@ def test_allocates_writes_the_claims_before_binding_and_releases(
         }
         order = request_order(double)
         assert order.index(f"status {name}") < order.index(f"bind {pod}")
-    # Placed in the same session as the others, it finds their devices taken when its
-    # claims are recorded; the next session's filter then says why no node fits.
+    # The session holds the claims of the pods it places: the third finds their devices
+    # taken, and says why no node fits.
     wait_until(
         lambda: any(
             e.startswith(f"{waiting}: ") and "cannot allocate the claims" in e

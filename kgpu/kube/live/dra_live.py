@@ -8,15 +8,21 @@ before, and the start says so in the log.
 Per session (the loop's thread), :meth:`DraLive.prepare`:
 
 1. forgets reservations the claim cache now shows (:class:`ClaimsWriter.prune`);
-2. reads the four kinds and the pending pods' claims into the session's inventory
-   (:mod:`kgpu.kube.snapshot.dra_inventory`), with this scheduler's reservations in flight;
+2. reads the four kinds, the pending pods' claims and those of our pods bound or being
+   bound into the session's inventory (:mod:`kgpu.kube.snapshot.dra_inventory`), with this
+   scheduler's reservations in flight;
 3. releases the claims of our pods that are gone or finished
    (:mod:`kgpu.kube.live.dra_release`).
 
-:meth:`DraLive.scheduler` gives the session the profile's scheduler with the ``DraClaims``
-filter over that inventory when some pending pod asks for claims, and the plain one
-otherwise: a cluster whose pods ask for none decides exactly as without DRA. The binds are
-then carried out with :attr:`DraLive.writer` (:mod:`kgpu.kube.live.dra_claims_writer`).
+The inventory is the session's (``Snapshot.dra``): the session records the claims of each
+pod it places there, so its next pod sees those devices taken, and counts DRA GPUs in the
+queues (:mod:`kgpu.framework.session_claims`). :meth:`DraLive.scheduler` gives the session
+the profile's scheduler with the ``DraClaims`` filter over that inventory when some pending
+pod asks for claims, and the plain one otherwise: a cluster whose pods ask for none decides
+exactly as without DRA. The binds are then carried out with :attr:`DraLive.writer`
+(:mod:`kgpu.kube.live.dra_claims_writer`), which records each bound pod's claims again and
+finds them already allocated so. After that the inventory changes no more: it is what the
+autoscaler plans with (:attr:`DraLive.settled`) until the next session's.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kgpu.actions.dra_scheduler import dra_scheduler
+from kgpu.dra.inventory import DraInventory
 from kgpu.framework.profile import Profile
 from kgpu.framework.scheduler import Scheduler
 from kgpu.kube.api.client import KubeClient
@@ -80,6 +87,9 @@ class DraLive:
         self._reader = DraReader()
         self._scheduler: Scheduler | None = None
         self._typical: list[TypicalPod] | None = None
+        # The last session's inventory once its decisions were carried out (read by the
+        # autoscaler's thread: set whole, never changed after).
+        self.settled: DraInventory | None = None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -93,25 +103,39 @@ class DraLive:
         self,
         snap: CacheSnapshot,
         pods: Sequence[Mapping[str, Any]],
+        by_key: Mapping[str, Mapping[str, Any]],
         assumed: Mapping[Any, Any],
         leader: bool,
     ) -> list[Problem]:
         """Read this session's inventory and release what pods gone held; the objects that
-        could not be read."""
+        could not be read. ``by_key``: ``pods`` by namespace/name."""
         claims = self.claims.items()
-        by_key = {object_key(c): c for c in claims}
-        self.writer.prune(by_key, {str(k) for k in assumed})
+        claim_by_key = {object_key(c): c for c in claims}
+        self.writer.prune(claim_by_key, {str(k) for k in assumed})
+        binding = (by_key.get(str(k)) for k in assumed)
         read = self._reader.read(
             self.classes.items(),
             self.slices.items(),
             claims,
             self.templates.items(),
-            snap.pending,
+            [p.obj for p in snap.pending],
             self.writer.in_flight_copy(),
+            holding=[*(p.obj for p in snap.bound), *(p for p in binding if p is not None)],
         )
         self.writer.session = read
         self.releaser.act(claims, pods, leader)
         return read.problems
+
+    @property
+    def inventory(self) -> DraInventory | None:
+        """The session's inventory (None before the first session)."""
+        read = self.writer.session
+        return read.inventory if read is not None else None
+
+    def settle(self) -> None:
+        """The session's decisions are carried out: its inventory, which changes no more,
+        is what the autoscaler plans with from now on."""
+        self.settled = self.inventory
 
     def scheduler(
         self, plain: Scheduler, profile: Profile, typical: list[TypicalPod] | None
@@ -119,7 +143,7 @@ class DraLive:
         """``plain``, unless a pending pod of the session asks for claims: then the
         profile's scheduler with ``DraClaims`` over the session's inventory."""
         read = self.writer.session
-        if read is None or not (read.inventory.pod_claims or read.inventory.unresolved):
+        if read is None or not read.pending_claims:
             return plain
         if self._scheduler is None or typical != self._typical:
             context = PluginContext(typical_pods=typical or [], dra=read.inventory)

@@ -16,6 +16,8 @@ A session (on the loop's thread):
    (``pluginArgs.session``; by default enqueue, allocate, backfill, reclaim, preempt):
    the same runner the simulator uses
    (:func:`kgpu.actions.session_runner.run_session`), whose result is all the loop reads;
+   where the server serves DRA, over the session's claims too
+   (:mod:`kgpu.kube.live.dra_live`: held between the session's pods, counted in queues);
 4. hand each bind over (:mod:`kgpu.kube.live.handover`): recorded as assumed first, so the
    next session, which may start while these binds are in flight, counts its resources,
    then bound by a pool of binders (:mod:`kgpu.kube.live.binder`); hand each eviction to the
@@ -401,7 +403,7 @@ class SchedulerLoop:
         self._warn(snap.problems)
         self._warn(objects.problems, by_message=True)
         if self._dra is not None:  # claims read, and released where their pods went
-            self._warn(self._dra.prepare(snap, pods, assumed, self.is_leader()))
+            self._warn(self._dra.prepare(snap, pods, by_key, assumed, self.is_leader()))
         self._corrector.act(snap)
         if self._keeper is not None and self._env is not None:
             self._keeper.act(snap, now)
@@ -419,6 +421,8 @@ class SchedulerLoop:
             decided = time.perf_counter()
             self._decide(snap, batch, assumed, objects, by_key, generation, now, stats)
             stats.decide_s = time.perf_counter() - decided
+        if self._dra is not None:
+            self._dra.settle()  # the autoscaler plans with the claims as decided
         stats.reasons = self._book.count(snap, self._assumed)
         self.sessions += 1
         self.snapshot_s += stats.snapshot_s
@@ -462,6 +466,9 @@ class SchedulerLoop:
         scheduler = self._scheduler_for(snap)
         if self._dra is not None:  # DraClaims, when a pending pod asks for claims
             scheduler = self._dra.scheduler(scheduler, self.profile, self._typical)
+            # The session holds the claims of the pods it places, so its later pods see
+            # their devices taken, and counts DRA GPUs in the queues, running pods' too.
+            made.snapshot.dra = self._dra.inventory
         # Only jobs with a PodGroup object get a status: every other pod is a job of its
         # own, and figures for each, every session, were most of the status write's cost.
         groups = objects.podgroup_objs

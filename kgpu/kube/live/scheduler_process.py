@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from kgpu.dra.inventory import DraInventory
 from kgpu.kube.anchors.karpenter import NODECLAIMS, NODEPOOLS
 from kgpu.kube.anchors.koordinator import KOORDINATOR_DEVICES
 from kgpu.kube.anchors.volcano import VOLCANO_PODGROUPS, VOLCANO_QUEUES
@@ -245,6 +246,7 @@ class RunningScheduler:
                 assumed=lambda: loop.assumed().keys(),
                 ready=self._autoscale_ready,
                 nodepools=self.nodepools.items if self.nodepools is not None else None,
+                dra=self._dra_settled if self.dra is not None else None,
             )
         self.server: HealthServer | None = None
         if options.metrics_port is not None:
@@ -265,6 +267,10 @@ class RunningScheduler:
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
+
+    def _dra_settled(self) -> DraInventory | None:
+        """The DRA objects and claims as the loop's last session left them."""
+        return self.dra.settled if self.dra is not None else None
 
     def _autoscale_ready(self) -> bool:
         """Synced and leading; the PriorityClass is installed once, before the first round."""

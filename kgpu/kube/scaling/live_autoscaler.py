@@ -19,6 +19,10 @@ Which pods kgpu failed to place comes from ``pending``: by default, pods of the 
 still unbound ``pending_after_s`` after this autoscaler first saw them and not being bound
 (the loop's ``assumed``). A scheduling session takes well under a second, so such a pod has
 failed at least one. Pods whose request cannot be read are left out: no node helps them.
+A pod that asks for GPUs through DRA claims asks for none a node autoscaler sees: with the
+loop's inventory (``Autoscaler.dra``, handed over before each round by
+:class:`AutoscaleRunner`) its unallocated GPU claims are its demand
+(:func:`kgpu.autoscale.demand.with_dra_demand`).
 
 The autoscaler never creates NodeClaims; it only reads them.
 """
@@ -280,9 +284,13 @@ class AutoscaleRunner:
         assumed: Callable[[], Collection[str]] = lambda: (),
         ready: Callable[[], bool] = lambda: True,
         nodepools: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+        dra: Callable[[], DraInventory | None] | None = None,
     ) -> None:
         self.autoscaler = autoscaler
         self._reads = (pods, claims, nodes, assumed)
+        # The DRA objects and pods' claims as the scheduling loop last settled them (None:
+        # the server serves no DRA), read before each round.
+        self._dra = dra
         # Karpenter's NodePools, read before each round (None: the files' pools only).
         self._nodepools = nodepools
         self._ready = ready
@@ -306,6 +314,8 @@ class AutoscaleRunner:
                 try:
                     if self._nodepools is not None:
                         self.autoscaler.use_nodepools(self._nodepools())
+                    if self._dra is not None:
+                        self.autoscaler.dra = self._dra()
                     acts = self.autoscaler.reconcile(pods(), claims(), nodes(), assumed())
                 except Exception:  # a bug in one round must not stop autoscaling for good
                     log.exception("autoscale round failed")

@@ -13,6 +13,12 @@ them, like a v1.20 one with the API double's DRA) the pod fits no node, with the
 A pod whose claim cannot be read, or is not owned by it while made from its template,
 fits no node either, and says why.
 
+The claims of the pods of ours that hold their node (bound, or with their Binding in
+flight) are read too, only for the pods that name ``spec.resourceClaims``: what their
+allocated claims hold counts in their queues (:mod:`kgpu.framework.session_claims`). Such a
+pod whose claims cannot be named is left without: nothing is to be placed for it, and the
+claim's allocation still keeps its devices taken.
+
 Claims this scheduler reserved for pods whose status write the claim cache has not shown
 yet (``in_flight``) stand in for the cached ones, so the next session does not give their
 devices again.
@@ -20,7 +26,7 @@ devices again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -33,7 +39,7 @@ from kgpu.kube.objects.dra_claim_objects import (
 )
 from kgpu.kube.objects.dra_objects import device_class_from_k8s, resource_slice_from_k8s
 from kgpu.kube.objects.fields import ConversionError
-from kgpu.kube.snapshot.cache_snapshot import PendingPod, Problem
+from kgpu.kube.snapshot.cache_snapshot import Problem
 from kgpu.model.dra import MAX_POD_CLAIMS, PodClaim, ResourceClaim
 
 DRA_GROUP: Final = "resource.k8s.io"
@@ -69,6 +75,9 @@ class DraRead:
     claim_objs: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # namespace/name
     class_objs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    # Pending pods name claims (or claims that cannot be named): the session needs the
+    # DraClaims filter. Claims of bound pods only count in their queues.
+    pending_claims: bool = False
 
 
 class _Parsed:
@@ -106,6 +115,7 @@ class DraReader:
         self._claims = _Parsed()
         self._templates = _Parsed()
         self._pods = _Parsed()
+        self._holding = _Parsed()  # pods bound or being bound: read apart (one _Parsed a set)
 
     def read(
         self,
@@ -113,9 +123,12 @@ class DraReader:
         slices: Iterable[Mapping[str, Any]],
         claims: Iterable[Mapping[str, Any]],
         templates: Iterable[Mapping[str, Any]],
-        pending: Sequence[PendingPod],
+        pending: Iterable[Mapping[str, Any]],
         in_flight: Mapping[str, InFlight],
+        holding: Iterable[Mapping[str, Any]] = (),
     ) -> DraRead:
+        """The session's inventory: the objects, the claims of the ``pending`` pods (to
+        place) and of the pods ``holding`` their node (bound, or their Binding in flight)."""
         problems: list[Problem] = []
         read_classes = self._classes.read(classes, device_class_from_k8s, problems)
         read_slices = self._slices.read(slices, resource_slice_from_k8s, problems)
@@ -140,9 +153,9 @@ class DraReader:
             class_objs={object_key(o): o for o, _ in read_classes},
             problems=problems,
         )
-        asking = [p for p in pending if (p.obj.get("spec") or {}).get("resourceClaims")]
+        asking = (p for p in pending if (p.get("spec") or {}).get("resourceClaims"))
         refused: list[Problem] = []
-        for pod, refs in self._pods.read((p.obj for p in asking), pod_claims_from_k8s, refused):
+        for pod, refs in self._pods.read(asking, pod_claims_from_k8s, refused):
             key = object_key(pod)
             resolved = _resolve(pod, refs, read.claim_objs, unreadable)
             if isinstance(resolved, str):
@@ -152,6 +165,14 @@ class DraReader:
         for problem in refused:  # its claims cannot be read: it fits nowhere, and says why
             inventory.unresolved[object_key(problem.obj)] = problem.message
         problems.extend(refused)
+        read.pending_claims = bool(inventory.pod_claims or inventory.unresolved)
+        # Bound pods' claims: counted where they resolve; a pod whose spec cannot be read
+        # was refused when it was placed, and is not warned about again each session.
+        held = (p for p in holding if (p.get("spec") or {}).get("resourceClaims"))
+        for pod, refs in self._holding.read(held, pod_claims_from_k8s, []):
+            resolved = _resolve(pod, refs, read.claim_objs, unreadable)
+            if not isinstance(resolved, str):
+                inventory.set_pod_claims(object_key(pod), resolved)
         return read
 
 
