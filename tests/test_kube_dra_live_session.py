@@ -1,6 +1,7 @@
 """``kgpu run``'s sessions with Dynamic Resource Allocation, over real HTTP against the API
 double: a session holds the claims of the pods it places, a queue counts the DRA GPUs its
-running pods hold, and the autoscaler turns DRA GPU demand into trigger pods."""
+running pods hold, the autoscaler turns DRA GPU demand into trigger pods, and ``kgpu
+explain`` against the cluster names the selector that failed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from kgpu.autoscale.planner import PlannerConfig
 from kgpu.autoscale.trigger_controller import ControllerConfig
 from kgpu.kube.api.client import Timeouts
+from kgpu.kube.explain.explanation import explain_live
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
 from kgpu.kube.scaling.live_autoscaler import AutoscaleOptions
@@ -20,7 +22,7 @@ from kgpu.kube.scaling.trigger_pods import TriggerPodConfig
 from kgpu.model.nodepool import CATALOGUE, NodePool
 from tests.dra_fixtures import claim, exactly, gpu, slice_
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj, wait_until
+from tests.kube_objects import SCHEDULER, node_obj, wait_until
 from tests.test_kube_dra_live import (  # noqa: F401  (fixtures)
     NS,
     Start,
@@ -239,3 +241,59 @@ def nodeclaim_ready(name: str, node: str) -> Obj:
             ],
         },
     }
+
+
+# ---------------------------------------------------------------------------- explain
+
+
+def test_explain_against_the_cluster_names_the_selector_that_failed(
+    double: KubeDouble,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    scene(double, gpus=2)
+    blackwell = "device.attributes['gpu.nvidia.com'].architecture == 'Blackwell'"
+    double.put(claim("picky", [{"name": "gpu", "exactly": exactly("gpu.nvidia.com", blackwell)}]))
+    pod = dra_pod("wants-blackwell", ("gpu", "picky"))
+    double.put(pod)
+    answer = explain_live("wants-blackwell", NS, double.kubeconfig(tmp_path), SCHEDULER)
+    assert answer.summary == f"Pod {NS}/wants-blackwell is pending: no node can take it."
+    assert answer.nodes == (
+        "0/1 nodes are available: 1 node(s) cannot allocate the claims: claim ml/picky "
+        'request "gpu": needs 1 device(s), 0 of 2 fit (2 request selector #0 false).'
+    )
+    listed = {r.path for r in double.requests if "resource.k8s.io" in r.path}
+    assert {
+        "/apis/resource.k8s.io/v1/deviceclasses",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/apis/resource.k8s.io/v1/resourceclaims",
+        "/apis/resource.k8s.io/v1/resourceclaimtemplates",
+    } <= listed
+
+
+def test_explain_against_the_cluster_reads_a_template_claim_by_its_made_name(
+    double: KubeDouble,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Live, a claim made from a template has the name the claim controller gave it."""
+    scene(double, gpus=1)
+    pod = dra_pod("made", ("gpu", "template:one-gpu"))
+    stored = double.put(pod)
+    blackwell = "device.attributes['gpu.nvidia.com'].architecture == 'Blackwell'"
+    owned = claim(
+        "made-gpu-k2x9q", [{"name": "gpu", "exactly": exactly("gpu.nvidia.com", blackwell)}]
+    )
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "made", "uid": stored["metadata"]["uid"]}
+    ]
+    double.put(owned)
+    stored["status"] = {
+        "phase": "Pending",
+        "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "made-gpu-k2x9q"}],
+    }
+    double.put(stored)
+    answer = explain_live("made", NS, double.kubeconfig(tmp_path), SCHEDULER)
+    assert answer.nodes == (
+        "0/1 nodes are available: 1 node(s) cannot allocate the claims: claim "
+        'ml/made-gpu-k2x9q request "gpu": needs 1 device(s), 0 of 1 fit (1 request selector '
+        "#0 false)."
+    )

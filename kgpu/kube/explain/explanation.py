@@ -14,8 +14,9 @@ A pending pod's answer comes in tiers, the first that explains it coming first:
 The explanation is a pure function of a :class:`ClusterState` and the pod
 (:func:`explain_pending`, :func:`explain_object`), so the same code answers for the live
 cluster and for ``kgpu simulate manifests DIR --explain POD``. For the live cluster
-(:func:`explain_live`: Nodes and Pods read with the official client) the state is the live
-scheduler's own snapshot (:func:`explain_from_objects`), so the answer is what the
+(:func:`explain_live`: Nodes, Pods and, where served, the DRA objects read with the
+official client) the state is the live scheduler's own snapshot
+(:func:`explain_from_objects`, :func:`live_dra`), so the answer is what the
 scheduler decides, not a second opinion; a pending pod's summary is then the verdict of the
 loop's own session over the same Queues and PodGroups, kgpu's and Volcano's
 (:mod:`kgpu.kube.explain.session_verdict`), in the words of the event on the pod: a
@@ -54,6 +55,7 @@ from kgpu.kube.objects.record_signature import RecordKey, default_secret, key_of
 from kgpu.kube.objects.reservation_pod import RESERVATION_NAMESPACE
 from kgpu.kube.snapshot.allocation_rebuild import minors_of
 from kgpu.kube.snapshot.cache_snapshot import SnapshotBuilder, is_ready
+from kgpu.kube.snapshot.dra_inventory import DRA_RESOURCES, DraReader
 from kgpu.kube.snapshot.session_input import QueueObjects
 from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey, PodSpec
@@ -348,15 +350,24 @@ def explain_from_objects(
 
 
 def _read_pod_claims(dra: DraInventory, pods: Iterable[Obj]) -> None:
-    """Each pod's ``spec.resourceClaims`` into ``dra``; a pod whose claims cannot be read is
-    left without (its conversion error is what explain says of it)."""
+    """Each pod's ``spec.resourceClaims`` into ``dra``, unless ``dra`` has them already (read
+    from the live cluster: :func:`live_dra`); a pod whose claims cannot be read is left
+    without (its conversion error is what explain says of it)."""
     for pod in pods:
+        key = object_ref("Pod", pod).removeprefix("Pod ")
+        if dra.asks(key):
+            continue
         try:
             claims = pod_claims_from_k8s(pod)
         except ConversionError:
             continue
         if claims:
-            dra.set_pod_claims(object_ref("Pod", pod).removeprefix("Pod "), claims)
+            dra.set_pod_claims(key, claims)
+
+
+def _bound(pod: Obj) -> bool:
+    spec = pod.get("spec")
+    return isinstance(spec, Mapping) and bool(spec.get("nodeName"))
 
 
 def queues_for(objects: QueueObjects, namespace: str) -> dict[str, QueueSpec | str]:
@@ -398,6 +409,7 @@ def explain_live(
         ],
         priority_classes=list_of(api, PRIORITY_CLASSES),
     )
+    dra = live_dra([list_of(api, r) for r in DRA_RESOURCES], obj, pods)
     return explain_from_objects(
         obj,
         nodes,
@@ -406,7 +418,25 @@ def explain_live(
         policy,
         record_key=_record_key(api, default_secret(scheduler_name)),
         groups=groups,
+        dra=dra,
     )
+
+
+def live_dra(lists: Sequence[Sequence[Obj]], obj: Obj, pods: Sequence[Obj]) -> DraInventory | None:
+    """The DRA objects (``lists``: DeviceClasses, ResourceSlices, ResourceClaims,
+    ResourceClaimTemplates) read as ``kgpu run`` reads them
+    (:class:`kgpu.kube.snapshot.dra_inventory.DraReader`): the pods' claims by the names
+    the claim controller gave them, bound pods' allocated claims counting in their queues.
+    None where there is none and the pod names no claim (a server without
+    ``resource.k8s.io/v1``, which the scheduler too schedules without DRA)."""
+    if not any(lists) and not (obj.get("spec") or {}).get("resourceClaims"):
+        return None
+    classes, slices, claims, templates = lists
+    target = uid(obj)
+    waiting = [p for p in pods if not _bound(p) and uid(p) != target]
+    bound = [p for p in pods if _bound(p)]
+    read = DraReader().read(classes, slices, claims, templates, [obj, *waiting], {}, bound)
+    return read.inventory
 
 
 def _record_key(api: Any, where: str) -> RecordKey | str:
