@@ -6,7 +6,9 @@ bookmarks (``allowWatchBookmarks``) and the server's ``timeoutSeconds``, 410 Gon
 version older than the kept history (inside the stream as an ERROR event, as the real
 watch cache answers, or as an HTTP 410), create (409 AlreadyExists), JSON merge patch with
 ``metadata.uid`` and ``metadata.resourceVersion`` as preconditions (409), PUT with
-optimistic concurrency (409), delete, ``pods/{name}/binding`` (409 when already bound;
+optimistic concurrency (409), delete (an object with ``metadata.finalizers`` is only
+marked with ``deletionTimestamp``, and goes when an update removes its last finalizer; no
+finalizer may be added to it meanwhile, 422), ``pods/{name}/binding`` (409 when already bound;
 the Binding's annotations copied onto the pod; its ``metadata.uid`` and
 ``metadata.resourceVersion`` preconditions checked as v1.23+ servers do, or ignored as
 v1.20 does with ``binding_preconditions=False``; ``dryRun=All`` stores nothing), the
@@ -441,6 +443,8 @@ class KubeDouble:
             if method == "DELETE":
                 if coll == ("", "pods") and self.graceful_pods and current["spec"].get("nodeName"):
                     return 200, self._terminate(key, current)
+                if current["metadata"].get("finalizers"):
+                    return 200, self._mark_deleted(coll, key, current)
                 return 200, self._delete(coll, key)
             if method == "PATCH":
                 return 200, self._patch(coll, key, current, body, sub)
@@ -479,7 +483,7 @@ class KubeDouble:
             patch = {"status": patch.get("status")}
         merged = merge_patch(copy.deepcopy(current), patch)
         merged["metadata"]["uid"] = current["metadata"]["uid"]
-        return self._store(coll, key, merged, "MODIFIED")
+        return self._updated(coll, key, current, merged)
 
     def _replace(
         self, coll: Coll, key: str, current: dict[str, Any], body: dict[str, Any], sub: str
@@ -502,7 +506,41 @@ class KubeDouble:
             fresh.pop("status", None)
             if "status" in current:
                 fresh["status"] = copy.deepcopy(current["status"])
-        return self._store(coll, key, fresh, "MODIFIED")
+        return self._updated(coll, key, current, fresh)
+
+    def _updated(
+        self, coll: Coll, key: str, current: dict[str, Any], fresh: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Store an update, with the API server's rules for finalizers: none may be added
+        to an object being deleted (422), the deletion mark cannot be changed, and an object
+        being deleted goes once its last finalizer is removed."""
+        before, after = current["metadata"], fresh["metadata"]
+        marked = before.get("deletionTimestamp")
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            after.pop(field, None)
+            if field in before:
+                after[field] = before[field]
+        had = before.get("finalizers") or []
+        if marked and any(f not in had for f in after.get("finalizers") or []):
+            raise ApiError(
+                422,
+                "Invalid",
+                "metadata.finalizers: Forbidden: no new finalizers can be added if the object "
+                "is being deleted",
+            )
+        stored = self._store(coll, key, fresh, "MODIFIED")
+        if marked and had and not after.get("finalizers"):  # the last one went
+            self._delete(coll, key)
+        return stored
+
+    def _mark_deleted(self, coll: Coll, key: str, current: dict[str, Any]) -> dict[str, Any]:
+        """A DELETE of an object with finalizers: marked, and gone when the last goes."""
+        if current["metadata"].get("deletionTimestamp"):
+            return copy.deepcopy(current)
+        marked = copy.deepcopy(current)
+        marked["metadata"]["deletionTimestamp"] = _now()
+        marked["metadata"]["deletionGracePeriodSeconds"] = 0
+        return self._store(coll, key, marked, "MODIFIED")
 
     def _bind(self, key: str, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         """As kube-apiserver's BindingREST: preconditions first (v1.23+), then the pod must

@@ -186,6 +186,8 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         (("kgpu.io",), ("podgroups/status",)): ("update", "patch"),
         (("scheduling.volcano.sh",), ("podgroups/status",)): ("update", "patch"),
         (("resource.k8s.io",), ("resourceclaims/status",)): ("update",),
+        # the delete-protection finalizer, added with an allocation and removed after it
+        (("resource.k8s.io",), ("resourceclaims",)): ("update",),
     }
     # the GPU environment of shares, written in their namespaces; nothing read in bulk
     assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-shares")) == {

@@ -90,8 +90,11 @@ def tenant_rules() -> list[Obj]:
         # Volcano's own scheduler does; its Queues' status stays Volcano's queue controller's.
         rbac_rule([VOLCANO_GROUP], ["podgroups/status"], ["update", "patch"]),
         # A placed pod's ResourceClaims: allocated and reserved before its Binding, and
-        # released when it goes, through the status subresource (PUT).
+        # released when it goes, through the status subresource (PUT); the claim itself
+        # (PUT) for the delete-protection finalizer added with an allocation, removed
+        # after it.
         rbac_rule([DRA_GROUP], ["resourceclaims/status"], ["update"]),
+        rbac_rule([DRA_GROUP], ["resourceclaims"], ["update"]),
     ]
 
 

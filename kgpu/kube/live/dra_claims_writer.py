@@ -18,13 +18,19 @@ more on the new version; otherwise the pod is given back to the queue with a
 FailedScheduling event naming the claim. A claim already reserved for the pod is not
 written again.
 
+Delete protection, as kube-scheduler's PreBind: before it writes an allocation, the claim
+gets the ``resource.kubernetes.io/delete-protection`` finalizer in an update of the claim
+itself (a status write leaves metadata as it was), with the claim's resourceVersion as the
+precondition; one already there (an earlier attempt) is kept. A claim being deleted
+(``deletionTimestamp``) is neither allocated nor reserved: the pod goes back to the queue.
+Whoever clears the allocation removes the finalizer after it, as the resource claim
+controller does (:func:`unprotect`: :meth:`undo` here, and
+:mod:`kgpu.kube.live.dra_release`), so a claim deleted while it held devices goes once they
+are free.
+
 A Binding that fails after the claims were written (the pod gone, or refused) undoes them,
 as kube-scheduler's Unreserve: the pod leaves ``reservedFor``, and an allocation this write
 made goes with the last consumer.
-
-kube-scheduler also adds the ``resource.kubernetes.io/delete-protection`` finalizer when it
-allocates; kgpu writes only the status (the claim controller removes that finalizer once
-the claim is released; kgpu adds none, so it has none to remove).
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ from kgpu.state.cluster import ClusterState
 log = logging.getLogger(__name__)
 
 MAX_CONFIGS: Final = 32  # DeviceConfigMaxSize: a class' or a claim's spec config entries
+# Set by kube-scheduler on a claim it allocates (resourceapi.Finalizer): the claim is not
+# deleted while its allocation stands.
+FINALIZER: Final = "resource.kubernetes.io/delete-protection"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +128,7 @@ class ClaimsWriter:
             for key, entry in list(self.in_flight.items()):
                 obj = claims.get(key)
                 if entry.written:
-                    if obj is None or resource_version(obj) != entry.base:
+                    if obj is None or entry.shown_by(resource_version(obj)):
                         del self.in_flight[key]
                 elif entry.pod not in assumed:
                     del self.in_flight[key]
@@ -155,7 +164,17 @@ class ClaimsWriter:
             body = _reserved_status(obj, w, reserved)
             if body is None or isinstance(body, str):
                 return body
+            what = f"writing the status of resource claim {w.key}"
             try:
+                if _allocates(obj) and FINALIZER not in _finalizers(obj):
+                    # Protected before it holds devices, as kube-scheduler does.
+                    what = f"adding the finalizer {FINALIZER} to resource claim {w.key}"
+                    obj = self.client.replace(RESOURCE_CLAIMS, name, protected(obj), namespace)
+                    what = f"writing the status of resource claim {w.key}"
+                    self._passed(reserved, w.key, resource_version(obj))
+                    body = _reserved_status(obj, w, reserved)
+                    if body is None or isinstance(body, str):  # not reached: status unchanged
+                        return body
                 self.client.request(
                     "PUT", RESOURCE_CLAIMS.path(namespace, name, "status"), body=body
                 )
@@ -166,14 +185,23 @@ class ClaimsWriter:
                 if attempt:
                     return f"resource claim {w.key} changed again while being written: {exc}"
             except KubeError as exc:
-                return f"writing the status of resource claim {w.key}: {exc}"
+                return f"{what}: {exc}"
             try:  # changed since the session read it: as it is now
                 obj = self.client.get(RESOURCE_CLAIMS, name, namespace)
             except NotFound:
                 return f"resource claim {w.key} was deleted"
             except KubeError as exc:
                 return f"reading resource claim {w.key} again after a conflict: {exc}"
+            self._passed(reserved, w.key, resource_version(obj))
         return None  # not reached: the second attempt returns
+
+    def _passed(self, reserved: Reserved, key: str, version: str) -> None:
+        """The claim went through ``version`` before the status write: a cache showing it
+        has not seen the write (the reservation still stands in for it)."""
+        with self._lock:
+            entry = self.in_flight.get(key)
+            if entry is not None and entry.pod == reserved.pod:
+                self.in_flight[key] = replace(entry, passed=(*entry.passed, version))
 
     def undo(self, reserved: Reserved) -> None:
         """The pod will not run there: take it out of its claims' ``reservedFor``, and drop
@@ -188,7 +216,9 @@ class ClaimsWriter:
                     body = without_consumers(obj, {reserved.pod_uid}, clear=w.allocates)
                     if body is not None:
                         path = RESOURCE_CLAIMS.path(namespace, name, "status")
-                        self.client.request("PUT", path, body=body)
+                        obj = self.client.request("PUT", path, body=body)
+                        if w.allocates:
+                            unprotect(self.client, obj)
                     break
                 except NotFound:
                     break
@@ -206,6 +236,39 @@ class ClaimsWriter:
                 entry = self.in_flight.get(w.key)
                 if entry is not None and entry.pod == reserved.pod:
                     del self.in_flight[w.key]
+
+
+# ---------------------------------------------------------------------------- protection
+
+
+def _finalizers(obj: Mapping[str, Any]) -> list[Any]:
+    found = meta(obj).get("finalizers")
+    return list(found) if isinstance(found, list) else []
+
+
+def _allocates(obj: Mapping[str, Any]) -> bool:
+    """Whether writing the pod's reservation into ``obj`` allocates it (it has none yet)."""
+    status = obj.get("status")
+    return not isinstance(status, Mapping) or status.get("allocation") is None
+
+
+def protected(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim with kube-scheduler's delete-protection finalizer added."""
+    return {**obj, "metadata": {**meta(obj), "finalizers": [*_finalizers(obj), FINALIZER]}}
+
+
+def unprotect(client: KubeClient, obj: Mapping[str, Any]) -> None:
+    """Remove the delete-protection finalizer from a claim whose allocation is cleared (the
+    claim as the status write answered, so its resourceVersion is the precondition), as
+    the resource claim controller does once it deallocates; nothing when it is still
+    allocated or has none. A :class:`KubeError` (a conflict included) is the caller's."""
+    finalizers = _finalizers(obj)
+    if FINALIZER not in finalizers or not _allocates(obj):
+        return
+    left = [f for f in finalizers if f != FINALIZER]
+    namespace = str(meta(obj).get("namespace") or "")
+    body = {**obj, "metadata": {**meta(obj), "finalizers": left}}
+    client.replace(RESOURCE_CLAIMS, str(meta(obj).get("name")), body, namespace)
 
 
 # ---------------------------------------------------------------------------- bodies
@@ -295,7 +358,7 @@ def _reserved_status(
     obj: Mapping[str, Any], w: ClaimWrite, reserved: Reserved
 ) -> dict[str, Any] | str | None:
     """The claim with the pod reserved (and the allocation, if it had none); None when it
-    is already so; why not, when it was allocated otherwise or is full."""
+    is already so; why not, when it was allocated otherwise, is full or is being deleted."""
     status = dict(obj.get("status") or {})
     had = status.get("allocation")
     if had is None:
@@ -303,10 +366,12 @@ def _reserved_status(
     elif not isinstance(had, Mapping) or _devices(had) != _devices(w.allocation):
         return f"resource claim {w.key} was allocated meanwhile to other devices"
     consumers = list(status.get("reservedFor") or [])
-    if any(isinstance(c, Mapping) and c.get("uid") == reserved.pod_uid for c in consumers):
-        if had is not None:
-            return None
-    else:
+    holds = any(isinstance(c, Mapping) and c.get("uid") == reserved.pod_uid for c in consumers)
+    if holds and had is not None:
+        return None
+    if meta(obj).get("deletionTimestamp"):  # the pods it serves keep it; no other comes
+        return f"resource claim {w.key} is being deleted"
+    if not holds:
         if len(consumers) >= MAX_RESERVED_FOR:
             return f"resource claim {w.key} is reserved for {MAX_RESERVED_FOR} pods already"
         consumers.append({"resource": "pods", "name": reserved.pod_name, "uid": reserved.pod_uid})

@@ -4,7 +4,11 @@ As kube-controller-manager's resource claim controller does (and does on a 1.34 
 beside kgpu: both write with the claim's resourceVersion as the precondition, so one wins
 and the other finds nothing left to do): a consumer in ``status.reservedFor`` whose pod is
 gone (no pod with its uid) or finished (Succeeded, Failed) leaves it; once none remains,
-``status.allocation`` is cleared and the devices are free.
+``status.allocation`` is cleared and the devices are free. Then, as the controller does,
+the claim loses the ``resource.kubernetes.io/delete-protection`` finalizer the allocation
+added (:func:`kgpu.kube.live.dra_claims_writer.unprotect`), so a claim deleted while it
+held devices goes now; a removal that fails (a conflict) is tried again by a later session
+on the claim as the cache shows it.
 
 kgpu releases only its own pods: those whose ``spec.schedulerName`` is its own, remembered
 by uid while they are in the cache (a deleted pod is no longer there to say whose it was).
@@ -27,7 +31,7 @@ from typing import Any
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError, NotFound
 from kgpu.kube.api.resource_types import meta, object_key, uid
-from kgpu.kube.live.dra_claims_writer import without_consumers
+from kgpu.kube.live.dra_claims_writer import FINALIZER, unprotect, without_consumers
 from kgpu.kube.snapshot.conversion_cache import pod_fields
 from kgpu.kube.snapshot.dra_inventory import RESOURCE_CLAIMS
 
@@ -45,6 +49,8 @@ class ClaimReleaser:
         self._ours: set[str] = set()  # uids of our pods seen holding a claim
         self._lock = threading.Lock()
         self._writing: set[str] = set()  # claim keys with a release in flight
+        # Claims this released whose finalizer could not be removed yet: tried again.
+        self._unprotect: set[str] = set()
         self.released = 0  # consumers released since the start, for tests and logs
 
     def mark_ours(self, pod_uid: str) -> None:
@@ -61,6 +67,8 @@ class ClaimReleaser:
         by_uid = {uid(p): p for p in pods}
         holding: set[str] = set()
         for claim in claims:
+            if self._unprotect and object_key(claim) in self._unprotect and leader:
+                self._finish(claim)
             consumers = (claim.get("status") or {}).get("reservedFor") or []
             gone = set()
             for consumer in consumers if isinstance(consumers, list) else ():
@@ -93,6 +101,21 @@ class ClaimReleaser:
             self._writing.add(key)
         self._submit(self._write, claim, gone)
 
+    def _finish(self, claim: Mapping[str, Any]) -> None:
+        """Remove the finalizer left on a claim this released (now that the cache shows
+        it released), unless something allocated it again meanwhile."""
+        key = object_key(claim)
+        finalizers = meta(claim).get("finalizers")
+        if not isinstance(finalizers, list) or FINALIZER not in finalizers:
+            with self._lock:
+                self._unprotect.discard(key)
+            return
+        with self._lock:
+            if key in self._writing:
+                return
+            self._writing.add(key)
+        self._submit(self._write, claim, set())
+
     def _write(self, claim: Mapping[str, Any], gone: set[str]) -> None:
         key = object_key(claim)
         namespace = str(meta(claim).get("namespace") or "")
@@ -100,12 +123,18 @@ class ClaimReleaser:
             body = without_consumers(claim, gone)
             if body is not None:
                 path = RESOURCE_CLAIMS.path(namespace, str(meta(claim).get("name")), "status")
-                self.client.request("PUT", path, body=body)
+                claim = self.client.request("PUT", path, body=body)
                 with self._lock:
                     self.released += len(gone)
+                    self._unprotect.add(key)
                 log.info("resource claim %s released by %d pod(s) gone", key, len(gone))
+            if key in self._unprotect:
+                unprotect(self.client, claim)
+                with self._lock:
+                    self._unprotect.discard(key)
         except NotFound:
-            pass
+            with self._lock:
+                self._unprotect.discard(key)
         except KubeError as exc:  # a conflict included: a later session sees the claim anew
             log.info("resource claim %s not released yet: %s", key, exc)
         finally:

@@ -11,7 +11,7 @@ controller creates one claim per pod and template entry, owned by the pod, and n
 never creates claims. Until the name is there (and always on a server where nothing makes
 them, like a v1.20 one with the API double's DRA) the pod fits no node, with the reason.
 A pod whose claim cannot be read, or is not owned by it while made from its template,
-fits no node either, and says why.
+or is being deleted, fits no node either, and says why.
 
 The claims of the pods of ours that hold their node (bound, or with their Binding in
 flight) are read too, only for the pods that name ``spec.resourceClaims``: what their
@@ -67,6 +67,14 @@ class InFlight:
     pod: str  # the pod key it was reserved for last
     base: str  # the claim's resourceVersion the write starts from
     written: bool = False
+    # Versions the claim went through on the way to the status write (its finalizer added,
+    # a re-read after a conflict): a cache showing one of these has not seen the write yet.
+    passed: tuple[str, ...] = ()
+
+    def shown_by(self, version: str) -> bool:
+        """Whether a cached claim of ``version`` may show the write (it is none of the
+        versions from before it)."""
+        return version != self.base and version not in self.passed
 
 
 @dataclass(slots=True)
@@ -209,6 +217,8 @@ def _resolve(
         if key in unreadable:
             return f"resource claim {key} cannot be read: {unreadable[key]}"
         obj = claims.get(key)
+        if obj is not None and meta(obj).get("deletionTimestamp") and not _reserved(obj, pod):
+            return f"resource claim {key} is being deleted"
         if obj is not None and ref.template_name and not _owned_by(obj, uid(pod)):
             return (
                 f'resource claim {key} (pod claim "{ref.name}", from template '
@@ -236,6 +246,17 @@ def _made_for(pod: Mapping[str, Any]) -> dict[str, str | None] | str:
             return f"{where}[{i}] is {item!r:.200}: expected {{name, resourceClaimName}}"
         out[name] = claim or None
     return out
+
+
+def _reserved(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether ``claim`` is reserved for ``pod`` (a claim being deleted still serves the
+    pods that hold it)."""
+    status = claim.get("status")
+    consumers = status.get("reservedFor") if isinstance(status, Mapping) else None
+    pod_uid = uid(pod)
+    return isinstance(consumers, list) and any(
+        isinstance(c, Mapping) and c.get("uid") == pod_uid for c in consumers
+    )
 
 
 def _owned_by(obj: Mapping[str, Any], pod_uid: str) -> bool:
