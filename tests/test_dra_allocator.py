@@ -78,6 +78,10 @@ def test_too_few_devices_says_how_many_fit_and_why_the_others_do_not() -> None:
     assert refused(inv.try_allocate("ml/p", "n1", {})) == (
         'claim ml/c request "g": needs 3 device(s), 2 of 3 fit (1 request selector #0 false)'
     )
+    inv = one([{"name": "g", "exactly": exactly(count=4)}])
+    assert refused(inv.try_allocate("ml/p", "n1", {})) == (
+        'claim ml/c request "g": needs 4 device(s), 3 of 3 fit (too few on the node)'
+    )
 
 
 def test_a_selector_error_on_a_device_is_no_match_and_is_named() -> None:

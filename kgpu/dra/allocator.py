@@ -178,8 +178,9 @@ class _Search:
                 if exactly.mode == AllocationMode.ALL
                 else f"{exactly.count} device(s)"
             )
-            parts = (
-                ", ".join(f"{n} {why}" for why, n in rejected.items()) or "the node has no device"
+            # Every device may fit and still be too few: say so rather than nothing.
+            parts = ", ".join(f"{n} {why}" for why, n in rejected.items()) or (
+                "too few on the node" if self.candidates else "the node has no device"
             )
             text = f'claim {claim} request "{name}": needs {need}, {len(fits)} of {len(self.candidates)} fit ({parts})'
             if errors:
