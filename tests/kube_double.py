@@ -8,7 +8,9 @@ watch cache answers, or as an HTTP 410), create (409 AlreadyExists), JSON merge 
 ``metadata.uid`` and ``metadata.resourceVersion`` as preconditions (409), PUT with
 optimistic concurrency (409), delete (an object with ``metadata.finalizers`` is only
 marked with ``deletionTimestamp``, and goes when an update removes its last finalizer; no
-finalizer may be added to it meanwhile, 422), ``pods/{name}/binding`` (409 when already bound;
+finalizer may be added to it meanwhile, 422), ``pods/{name}/eviction`` with
+PodDisruptionBudgets (:mod:`tests.eviction_double`; policy/v1beta1 poddisruptionbudgets
+served as v1.20 does), ``pods/{name}/binding`` (409 when already bound;
 the Binding's annotations copied onto the pod; its ``metadata.uid`` and
 ``metadata.resourceVersion`` preconditions checked as v1.23+ servers do, or ignored as
 v1.20 does with ``binding_preconditions=False``; ``dryRun=All`` stores nothing), the
@@ -57,6 +59,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from tests.eviction_double import evict
+
 Coll = tuple[str, str]  # (group, plural)
 
 # (group, plural) -> (namespaced, kind, apiVersion)
@@ -94,6 +98,8 @@ RESOURCES: dict[Coll, tuple[bool, str, str]] = {
     ("scheduling.volcano.sh", "queues"): (False, "Queue", "scheduling.volcano.sh/v1beta1"),
     ("scheduling.volcano.sh", "podgroups"): (True, "PodGroup", "scheduling.volcano.sh/v1beta1"),
     ("scheduling.k8s.io", "priorityclasses"): (False, "PriorityClass", "scheduling.k8s.io/v1"),
+    # As v1.20 serves them (policy/v1 came in 1.21), with pods/eviction (tests.eviction_double).
+    ("policy", "poddisruptionbudgets"): (True, "PodDisruptionBudget", "policy/v1beta1"),
     # Dynamic Resource Allocation (Kubernetes 1.34), served unless ``dra=False`` (a server
     # older than 1.34, like the local v1.20 one).
     ("resource.k8s.io", "deviceclasses"): (False, "DeviceClass", "resource.k8s.io/v1"),
@@ -435,6 +441,8 @@ class KubeDouble:
             key = _key(ns if namespaced else None, name)
             if sub == "binding" and method == "POST":
                 return 201, self._bind(key, body, query.get("dryRun") == "All")
+            if sub == "eviction" and method == "POST" and coll == ("", "pods"):
+                return 201, evict(self, key, body)
             current = objects.get(key)
             if current is None:
                 raise ApiError(404, "NotFound", f'{coll[1]} "{name}" not found')

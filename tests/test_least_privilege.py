@@ -110,6 +110,22 @@ def test_each_feature_brings_its_rules_and_no_more() -> None:
     assert (params["autoscale"], params["trigger_namespace"]) == (True, "kgpu-system")
 
 
+def test_defragmentation_may_evict_and_read_budgets_where_it_may_delete() -> None:
+    """A profile turns defragmentation on, not the install: its rights come with the base
+    roles, and go only where pods may be deleted (an eviction is a delete that budgets may
+    refuse)."""
+    base = InstallOptions(webhook=False, workspaces=False, agent=False)
+    for namespace in ("team-a", None):
+        held = grants(render_objects(base), namespace)
+        assert {("policy", "poddisruptionbudgets", v) for v in ("list", "watch")} <= held
+    assert ("", "pods/eviction", "create") in grants(render_objects(base), "team-a")
+    fenced = render_objects(InstallOptions(tenant_namespaces=("team-a",)))
+    assert ("", "pods/eviction", "create") in grants(fenced, "team-a")
+    for namespace in ("kube-system", "team-b"):
+        assert ("", "pods/eviction", "create") not in grants(fenced, namespace)
+        assert ("", "pods", "delete") not in grants(fenced, namespace)
+
+
 def test_the_anchors_objects_are_only_read() -> None:
     """KAI's Queues and PodGroups: get, list and watch, cluster-wide, with every feature
     off; nothing else of KAI's group, and no status of theirs (KAI writes it)."""

@@ -178,11 +178,15 @@ def test_rbac_grants_only_what_the_scheduler_uses(install: list[Obj]) -> None:
         (("scheduling.volcano.sh",), ("queues", "podgroups")): ("get", "list", "watch"),
         # DRA's four kinds, cached where the server serves resource.k8s.io/v1
         (("resource.k8s.io",), DRA): ("get", "list", "watch"),
+        # PodDisruptionBudgets, cached by defragmentation where a profile turns it on
+        (("policy",), ("poddisruptionbudgets",)): ("get", "list", "watch"),
     }
-    # In the pods' namespaces: bind, delete victims, correct device annotations. No create.
+    # In the pods' namespaces: bind, delete victims, evict the pods defragmentation moves,
+    # correct device annotations. No create of a pod.
     assert rules_of(named(install, "ClusterRole", "kgpu-scheduler-tenant")) == {
         (("",), ("pods",)): ("delete", "patch"),
         (("",), ("pods/binding",)): ("create",),
+        (("",), ("pods/eviction",)): ("create",),
         (("kgpu.io",), ("podgroups/status",)): ("update", "patch"),
         (("scheduling.volcano.sh",), ("podgroups/status",)): ("update", "patch"),
         (("resource.k8s.io",), ("resourceclaims/status",)): ("update",),

@@ -22,8 +22,10 @@ class Defragmentation(BaseModel):
     """When GPU pods wait while enough GPU sits idle in holes, move movable pods (see
     ``kgpu.actions.defrag_rules``) so that the waiting pods fit.
 
-    - ``maxMovesPerRound``: moves one round may plan (the rate limit: one round per
-      scheduling round that leaves pods waiting).
+    - ``maxMovesPerRound``: moves one round may plan (one round per scheduling round that
+      leaves pods waiting).
+    - ``maxEvictionsPerMinute``: live (``kgpu run``), the most evictions asked in any 60
+      seconds, whatever the rounds plan (``kgpu.kube.live.defrag_live``).
     - ``maxMovesPerPod``: the most moves that may be spent on one waiting pod.
     - ``maxNodesPerPod``: nodes examined per waiting pod, nearest to fitting first.
     - ``minRuntimeSeconds``: a pod is never moved before it has run this long (nor before
@@ -39,6 +41,7 @@ class Defragmentation(BaseModel):
 
     enabled: bool = False
     max_moves_per_round: int = Field(default=4, ge=1, le=1000, alias="maxMovesPerRound")
+    max_evictions_per_minute: int = Field(default=10, ge=1, le=600, alias="maxEvictionsPerMinute")
     max_moves_per_pod: int = Field(default=2, ge=1, le=MAX_MOVES_PER_POD, alias="maxMovesPerPod")
     max_nodes_per_pod: int = Field(default=16, ge=1, le=4096, alias="maxNodesPerPod")
     min_runtime_seconds: float = Field(default=600.0, ge=0, alias="minRuntimeSeconds")

@@ -53,6 +53,14 @@ LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespa
 PRIORITY_CLASSES: Final = Resource(
     "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
 )
+# Read by defragmentation (kgpu.kube.live.defrag_live): policy/v1 where served (1.21 on),
+# else policy/v1beta1 (the v1.20 server); its Evictions are posted in the same version.
+POD_DISRUPTION_BUDGETS_V1: Final = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
+POD_DISRUPTION_BUDGETS_V1BETA1: Final = Resource(
+    "policy", "v1beta1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
 # Asked by the webhook whether a Workspace's creator may list Nodes (then its denial shows
 # the node groups; kgpu.kube.admission.node_access).
 SUBJECT_ACCESS_REVIEWS: Final = Resource(

@@ -4,8 +4,10 @@ with the flag that turns the feature on (docs/SECURITY.md, "What each account ma
 - ``<name>`` (ClusterRole, always): reading what a session reads (KAI's Queues and
   PodGroups too, never written), and the writes scheduling
   itself makes in the pods' own namespaces: binding, deleting the victims of preemption
-  and reclaim, correcting a pod's device annotations to the GPUs the kubelet gave, Events,
-  and the status of Queues and PodGroups. No ``create`` of any pod anywhere.
+  and reclaim, evicting the pods defragmentation moves (and reading PodDisruptionBudgets
+  for it: a profile turns it on, not the install), correcting a pod's device annotations
+  to the GPUs the kubelet gave, Events, and the status of Queues and PodGroups. No
+  ``create`` of any pod anywhere.
 - ``<name>-shares`` (ClusterRole, with the webhook): the ConfigMap that carries a share's
   GPU environment, written in the share's own namespace (a pod mounts ConfigMaps of its own
   namespace only, so this cannot be a Role); ``get``/``update``/``patch`` cannot name the
@@ -70,6 +72,9 @@ def read_rules() -> list[Obj]:
         rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch"]),
         # Dynamic Resource Allocation (1.34), cached where served (kgpu.kube.live.dra_live).
         rbac_rule([DRA_GROUP], DRA_KINDS, ["get", "list", "watch"]),
+        # PodDisruptionBudgets, cached by defragmentation where a profile turns it on
+        # (kgpu.kube.live.defrag_live): the moves the Eviction API would refuse are not planned.
+        rbac_rule(["policy"], ["poddisruptionbudgets"], ["get", "list", "watch"]),
         # Events about nodes go to "default", about pods to theirs: any namespace.
         # patch: client-go's way of counting repeats.
         rbac_rule([""], ["events"], ["create", "patch"]),
@@ -80,11 +85,15 @@ def read_rules() -> list[Obj]:
 
 def tenant_rules() -> list[Obj]:
     """Writes to pods in their own namespaces: bind; delete the victims of preemption and
-    reclaim; patch the device annotations of a pod the kubelet gave other GPUs. PodGroups
-    live with their pods, so their status is written there too."""
+    reclaim; evict the pods defragmentation moves; patch the device annotations of a pod
+    the kubelet gave other GPUs. PodGroups live with their pods, so their status is
+    written there too."""
     return [
         rbac_rule([""], ["pods"], ["delete", "patch"]),
         rbac_rule([""], ["pods/binding"], ["create"]),
+        # Defragmentation's moves: an eviction is a delete that the pod's PodDisruptionBudget
+        # may refuse, so it grants nothing ``pods delete`` does not.
+        rbac_rule([""], ["pods/eviction"], ["create"]),
         rbac_rule([GROUP], ["podgroups/status"], ["update", "patch"]),
         # A Volcano PodGroup's phase (Inqueue, Running) is the scheduler's to report, as
         # Volcano's own scheduler does; its Queues' status stays Volcano's queue controller's.

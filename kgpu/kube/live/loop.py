@@ -24,7 +24,9 @@ A session (on the loop's thread):
    same pool (:mod:`kgpu.kube.live.evictions`);
 5. write the Queue and PodGroup status that changed (:mod:`kgpu.kube.live.status_writer`) and
    set the queue metrics. Steps 4 and 5 read only the session's result
-   (:mod:`kgpu.kube.live.carry_out`).
+   (:mod:`kgpu.kube.live.carry_out`);
+6. where the profile turns defragmentation on, move pods so that GPU pods left waiting
+   fit (:mod:`kgpu.kube.live.defrag_live`).
 
 A binder that fails releases the reservation (the assumed entry goes) and backs the pod
 off exponentially; a pod deleted mid-cycle is released, whether the session sees it gone
@@ -57,6 +59,7 @@ from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.resource_types import meta, object_key, resource_version, uid
 from kgpu.kube.live.allocation_correction import AllocationCorrector
 from kgpu.kube.live.carry_out import Decided, ResultCarrier
+from kgpu.kube.live.defrag_live import DefragLive
 from kgpu.kube.live.dra_live import DraLive
 from kgpu.kube.live.evictions import Evictor
 from kgpu.kube.live.gpu_env_writer import GpuEnvWriter
@@ -147,6 +150,7 @@ class SchedulerLoop:
         anchor_podgroups: Sequence[Informer] = (),
         koordinator_devices: Informer | None = None,
         dra: DraLive | None = None,
+        defrag: DefragLive | None = None,
     ) -> None:
         self.client = client
         self.nodes = nodes
@@ -250,6 +254,9 @@ class SchedulerLoop:
         if dra is not None:
             dra.watch(self._node_changed)  # devices and claims come and go
             self._binds.claims = dra.writer
+        # Moves that let waiting GPU pods fit (kgpu.kube.live.defrag_live); None: the
+        # profile leaves defragmentation off.
+        self._defrag = defrag
         # A session ran since this replica last became leader; and a bound pod of ours
         # changed since the last session (its phase counts in its PodGroup's status).
         self._led = False
@@ -487,6 +494,8 @@ class SchedulerLoop:
             now,
         )
         binds, waits = self._carrier.carry_out(decided)
+        if self._defrag is not None:
+            self._defrag.after(decided, scheduler)
         stats.binds += binds
         stats.unschedulable += waits
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from kgpu.config import load_profile
 from kgpu.dra.inventory import DraInventory
 from kgpu.kube.anchors.karpenter import NODECLAIMS, NODEPOOLS
 from kgpu.kube.anchors.koordinator import KOORDINATOR_DEVICES
@@ -50,6 +51,8 @@ from kgpu.kube.api.resource_types import (
     PRIORITY_CLASSES,
     QUEUES,
 )
+from kgpu.kube.live.defrag_evictions import DefragMetrics
+from kgpu.kube.live.defrag_live import DefragLive, budget_resource
 from kgpu.kube.live.dra_live import DraLive, serves_dra
 from kgpu.kube.live.health_server import HealthServer
 from kgpu.kube.live.loop import LoopConfig, SchedulerLoop
@@ -172,6 +175,13 @@ class RunningScheduler:
                 "the API server does not serve resource.k8s.io/v1: scheduling without "
                 "Dynamic Resource Allocation (pods' resourceClaims are not read)"
             )
+        # Defragmentation (kgpu.kube.live.defrag_live) where the profile turns it on: it
+        # reads PodDisruptionBudgets, which the scheduler otherwise does not cache.
+        self.profile = load_profile(config.policy)
+        budgets: Informer | None = None
+        if self.profile.defragmentation.enabled:
+            budgets = Informer(self.client, budget_resource(self.client), watch_seconds=watch)
+            self.informers.append(budgets)
         self.claims: Informer | None = None
         self.nodepools: Informer | None = None
         if options.autoscale is not None:
@@ -198,6 +208,16 @@ class RunningScheduler:
         elector = self.elector
         secret = options.record_key or default_secret(config.scheduler_name)
         self.record_key = ensure_key(self.client, secret, options.make_namespace)
+        self.defrag: DefragLive | None = None
+        if budgets is not None:
+            self.defrag = DefragLive(
+                self.client,
+                self.recorder,
+                DefragMetrics(self.metrics.registry),
+                elector.is_leader if elector is not None else lambda: True,
+                self.profile.defragmentation,
+                budgets,
+            )
         self.loop = SchedulerLoop(
             self.client,
             self.nodes,
@@ -216,6 +236,8 @@ class RunningScheduler:
             anchor_queues=self.anchor_queues,
             anchor_podgroups=self.anchor_podgroups,
             dra=self.dra,
+            profile=self.profile,
+            defrag=self.defrag,
         )
         self.workspaces: WorkspaceRunner | None = None
         if options.workspaces is not None:
@@ -357,6 +379,8 @@ class RunningScheduler:
         if self._thread.is_alive():
             self._thread.join(10.0)
         self.loop.close()
+        if self.defrag is not None:
+            self.defrag.close()
         if self.dra is not None:
             self.dra.close()
         if self.elector is not None:
