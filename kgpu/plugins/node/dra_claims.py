@@ -6,9 +6,10 @@ node reaches (:mod:`kgpu.dra.allocator`). Pods without claims pass untouched, so
 without DRA decides as before.
 
 Its verdicts depend on devices taken anywhere in the cluster (slices reachable from all
-nodes, claims shared between pods), not only on the node's own state: a scheduler running
-it keeps no verdicts per pod shape (``use_cache`` off), as ``kgpu simulate manifests`` does
-when the manifests hold DRA objects.
+nodes, claims shared between pods), not only on the node's own state, and a pod's claims
+are its own: it judges the pods with claims alone (``PodFilterPlugin.judges_alone``), so the
+scheduler asks it afresh in every cycle of such a pod, over the nodes the verdicts kept per
+shape let through, while pods without claims keep being served from the shape cache.
 
 Each refusal carries the allocator's own sentence (which claim, request, selector,
 capacity or constraint), one :class:`Reason` per distinct sentence, so a pending pod's
@@ -22,7 +23,7 @@ from typing import Final
 from kgpu.dra.allocator import Refused
 from kgpu.dra.inventory import DraInventory
 from kgpu.framework.cycle import CycleState
-from kgpu.framework.interfaces import FilterPlugin, IntArray, Verdicts
+from kgpu.framework.interfaces import IntArray, PodFilterPlugin, Verdicts
 from kgpu.framework.status import Reason
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
@@ -53,6 +54,9 @@ class DraClaims:
             )
         return reason
 
+    def judges_alone(self, pod: PodSpec) -> bool:
+        return self.inventory is not None and self.inventory.asks(str(pod.key))
+
     def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
         inventory = self.inventory
         if inventory is None or not inventory.asks(str(pod.key)):
@@ -65,4 +69,4 @@ class DraClaims:
         return Verdicts.from_reasons(why)
 
 
-_: type[FilterPlugin] = DraClaims
+_: type[PodFilterPlugin] = DraClaims
