@@ -11,6 +11,10 @@ are its own: it judges the pods with claims alone (``PodFilterPlugin.judges_alon
 scheduler asks it afresh in every cycle of such a pod, over the nodes the verdicts kept per
 shape let through, while pods without claims keep being served from the shape cache.
 
+What the claims would get on each node it let through is written into the cycle (under its
+name: node index to :class:`~kgpu.dra.allocator.Allocated`), for a later filter of the same
+cycle that counts it (the queue's check of a pod's claims, ``kgpu.actions.claim_quota``).
+
 Each refusal carries the allocator's own sentence (which claim, request, selector,
 capacity or constraint), one :class:`Reason` per distinct sentence, so a pending pod's
 message and ``kgpu explain`` name what failed.
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from kgpu.dra.allocator import Refused
+from kgpu.dra.allocator import Allocated, Refused
 from kgpu.dra.inventory import DraInventory
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.interfaces import IntArray, PodFilterPlugin, Verdicts
@@ -62,10 +66,16 @@ class DraClaims:
         if inventory is None or not inventory.asks(str(pod.key)):
             return Verdicts.all_pass(len(nodes))
         why: list[Reason | None] = []
+        got: dict[int, Allocated] = cycle.get(self.name) or {}
         for i in nodes:
             node = cycle.state.nodes[int(i)]
             outcome = inventory.try_allocate(str(pod.key), str(node.name), node.labels)
-            why.append(self._reason(outcome.reason) if isinstance(outcome, Refused) else None)
+            if isinstance(outcome, Refused):
+                why.append(self._reason(outcome.reason))
+            else:
+                why.append(None)
+                got[int(i)] = outcome
+        cycle.write(self.name, got)
         return Verdicts.from_reasons(why)
 
 
