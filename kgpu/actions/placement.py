@@ -6,6 +6,10 @@ a node with room wins. What a pod of some shape failed to find is remembered unt
 session next releases something (``Session.room_mark``: a trial of victims that is undone
 does not count), so the thousands of pods of a saturated cluster that share a shape are
 turned down at the cost of a dictionary lookup, not a cycle each.
+
+A pod with DRA claims is checked against its queue twice: as its claims count before a node
+is chosen, then on each node as what they would get there (``claim_quota``), which only the
+node tells for an ``All`` request or one that pins no single product.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from kgpu.actions.claim_quota import claim_checks
 from kgpu.framework.cycle import CycleState
+from kgpu.framework.interfaces import FilterPlugin
 from kgpu.framework.scheduler import Outcome, Placement, Unschedulable
 from kgpu.framework.session import Session
 from kgpu.framework.session_scratch import StateKey
@@ -95,19 +101,25 @@ class Placer:
         # does not say what it failed to find, so it is remembered on its own.
         return (pod.shape, pod.key) if self.session.has_claims(pod) else pod.shape
 
-    def schedule(self, pod: PodSpec) -> Outcome:
-        """A cycle, unless a pod of this shape already failed and nothing was released since."""
+    def checks(self, job: JobInfo, task: Task, card: str | None) -> tuple[FilterPlugin, ...]:
+        """The filters ``task``'s cycles add as ``card``: its queue's check of its claims on
+        each node, for a pod with DRA claims (``claim_quota``)."""
+        return claim_checks(self.session, job, task, card)
+
+    def schedule(self, pod: PodSpec, extra: tuple[FilterPlugin, ...] = ()) -> Outcome:
+        """A cycle, unless a pod of this shape already failed and nothing was released since.
+        ``extra``: ``checks`` for the pod."""
         session = self.session
         shape = self._shape(pod)
         failed = self._failed.get(shape)
         if failed is not None and failed[0] == session.room_mark and failed[1] is not None:
             return Unschedulable(pod, failed[1].status, failed[1].node_reasons)
-        outcome = session.scheduler.schedule(session.state, pod)
+        outcome = session.scheduler.schedule(session.state, pod, extra)
         if isinstance(outcome, Unschedulable):
             self._failed[shape] = (session.room_mark, outcome)
         return outcome
 
-    def free_room(self, pod: PodSpec) -> Placement | None:
+    def free_room(self, pod: PodSpec, extra: tuple[FilterPlugin, ...] = ()) -> Placement | None:
         """Where ``pod`` fits without evicting anyone, if anywhere: ``schedule`` for callers
         that do not say why not (what failed is remembered all the same, without a reason,
         which ``schedule`` works out if it is ever asked)."""
@@ -116,7 +128,7 @@ class Placer:
         failed = self._failed.get(shape)
         if failed is not None and failed[0] == session.room_mark:
             return None
-        placement = session.scheduler.placement(session.state, pod)
+        placement = session.scheduler.placement(session.state, pod, extra)
         if placement is None:
             self._failed[shape] = (session.room_mark, None)
         return placement
@@ -140,7 +152,7 @@ class Placer:
             vec = session.vector(task, card)
             verdict = session.check_allocatable(job, task, vec)
             if verdict is None:
-                outcome = self.schedule(pod)
+                outcome = self.schedule(pod, self.checks(job, task, card))
                 if isinstance(outcome, Placement):
                     statement.allocate(task, outcome.node, outcome.gpus, card, pipeline, job)
                     return None
@@ -149,8 +161,11 @@ class Placer:
             cards.append(card)
         return combine(refusals, cards)
 
-    def fits(self, pod: PodSpec, node: int) -> tuple[int, ...] | None:
-        """The GPUs ``pod`` would get on ``node`` if every filter passes it there, else None."""
+    def fits(
+        self, pod: PodSpec, node: int, extra: tuple[FilterPlugin, ...] = ()
+    ) -> tuple[int, ...] | None:
+        """The GPUs ``pod`` would get on ``node`` if every filter (and ``extra``) passes it
+        there, else None."""
         session = self.session
         scheduler, state = session.scheduler, session.state
         if not self._roomy(pod, node):
@@ -160,7 +175,7 @@ class Placer:
             if not pre.pre_filter(cycle, pod).ok:
                 return None
         nodes = np.array([node], dtype=np.int64)
-        for plugin in scheduler.filters:
+        for plugin in (*scheduler.filters, *extra):
             if not bool(plugin.filter(cycle, pod, nodes).ok[0]):
                 return None
         return scheduler.gpu_choice.choose_gpus(state, pod, node) if pod.gpu.count else ()

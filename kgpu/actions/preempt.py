@@ -48,7 +48,7 @@ def take_room(
             pod, card = option
             vec = session.vector(task, card)
             if session.check_allocatable(job, task, vec) is None:
-                outcome = placer.free_room(pod)
+                outcome = placer.free_room(pod, placer.checks(job, task, card))
                 if outcome is not None:
                     statement.allocate(task, outcome.node, outcome.gpus, card, True, job)
                     placed = True

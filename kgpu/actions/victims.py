@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from kgpu.actions.placement import Option, Placer
 from kgpu.actions.victim_pool import Unit, VictimPool
+from kgpu.framework.interfaces import FilterPlugin
 from kgpu.framework.session import Session
 from kgpu.framework.statement import Statement
 from kgpu.model.decision import EvictionKind
@@ -60,6 +61,7 @@ def make_room(
     kind = EvictionKind.RECLAIMED if reclaim else EvictionKind.PREEMPTED
     pod, card = option
     vec = session.vector(task, card)
+    checks = placer.checks(job, task, card)  # a pod with DRA claims: its queue, node by node
     best: _Choice | None = None
     tried = scanned = 0
     seen: set[int] = set()
@@ -117,7 +119,9 @@ def make_room(
                 continue
             tried += 1
             most = best.cost[0] if best is not None else None
-            choice = _try_node(session, placer, job, task, pod, vec, node, units, reclaim, most)
+            choice = _try_node(
+                session, placer, job, task, (pod, vec, checks), node, units, reclaim, most
+            )
             if choice is not None and (best is None or choice.cost < best.cost):
                 best = choice
     if best is None:
@@ -125,7 +129,7 @@ def make_room(
     for unit, tasks in zip(best.units, best.victims, strict=True):
         for victim in tasks:
             statement.evict(victim, kind, message, unit.job)
-    gpus = placer.fits(pod, best.node)
+    gpus = placer.fits(pod, best.node, checks)
     assert gpus is not None, "a node freed in trial must fit when freed again"
     statement.allocate(task, best.node, gpus, card, True, job)
     return True
@@ -194,8 +198,7 @@ def _try_node(
     placer: Placer,
     job: JobInfo,
     task: Task,
-    pod: PodSpec,
-    vec: Vector,
+    asked: tuple[PodSpec, Vector, tuple[FilterPlugin, ...]],
     node: int,
     units: list[Unit],
     reclaim: bool,
@@ -203,7 +206,9 @@ def _try_node(
 ) -> _Choice | None:
     """The victims that let ``task`` fit ``node``, evicting ``units`` in order; None if
     they do not, or if it would take more than ``most`` victims (the best node's count:
-    this node can then no longer beat it)."""
+    this node can then no longer beat it). ``asked``: the pod as the option it is tried
+    as, its vector and its cycle's added filters (``Placer.checks``)."""
+    pod, vec, checks = asked
     trial = session.statement()
     state = session.state
     allocations = state.allocations
@@ -230,7 +235,10 @@ def _try_node(
         chosen.append(unit)
         ranks.append(unit.rank)
         count += len(tasks)
-        if placer.fits(pod, node) is not None and session.check_allocatable(job, task, vec) is None:
+        if (
+            placer.fits(pod, node, checks) is not None
+            and session.check_allocatable(job, task, vec) is None
+        ):
             fits = True
             break
     trial.discard()

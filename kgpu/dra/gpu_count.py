@@ -17,12 +17,21 @@ follows KAI Scheduler, which counts DRA GPU claims in its queue quotas:
 - a claim shared by several pods counts for each of them, as KAI counts it.
 
 A session charges a placed pod what its allocation counts and takes the same back when the
-pod leaves (the vector is kept with the operation), so the two cannot differ. The one case
-where a placement counts more than its check did is ``All``: the quota check counts one
-device, the allocation every matching one.
+pod leaves (the vector is kept with the operation), so the two cannot differ. Where the
+count before a node is chosen is not what a node would give (``All``: one device before,
+every matching one on the node), the session checks each node for what the claims would
+get there (:meth:`DraGpus.count_on`, ``kgpu.actions.claim_quota``).
 
 The cluster's GPU capacity (what fair shares divide) counts the devices of the published
 pools that match a GPU or MIG class's selectors, each as its allocation would count it.
+
+Queues' card quotas (capacity-card: ``kgpu.model.card``) count the same claims by card, as
+they count a whole GPU request, 1000 milli-cards a device: an allocated GPU device is the
+card of its ``productName`` as GPU Feature Discovery labels it (``NVIDIA-H100-80GB-HBM3``),
+a MIG device ``<product>/mig-<profile>-mixed``; before allocation, a GPU request whose
+selectors (the request's or its class's) pin one product counts as that product's card
+(``count`` devices, one for ``All``), and one that pins several or none counts no card
+until a node is chosen (:meth:`DraGpus.count_on`: what it would get there).
 
 For the autoscaler, :func:`demand_request` turns a pod's unallocated GPU claims into the
 :class:`~kgpu.model.gpu.GpuRequest` a trigger pod asks for: whole GPUs (MIG devices as
@@ -35,13 +44,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
 from kgpu.dra.cel_selectors import SelectorError, compile_selector, device_variables, evaluate
 from kgpu.dra.inventory import DraInventory
+from kgpu.model.card import mig_card_name
 from kgpu.model.dra import (
     AllocationMode,
+    ClaimAllocation,
     ClaimSpec,
     Device,
     DeviceId,
@@ -50,7 +61,7 @@ from kgpu.model.dra import (
     device_id,
 )
 from kgpu.model.gpu import GpuRequest, gpu_share, whole_gpus
-from kgpu.model.resources import mig_share
+from kgpu.model.resources import Vector, mig_share
 from kgpu.model.units import MILLI_PER_GPU
 
 GPU_CLASS: Final = "gpu"
@@ -109,6 +120,18 @@ def device_milli(driver: str, device: Device) -> int:
     return MILLI_PER_GPU
 
 
+def device_card(driver: str, device: Device) -> str:
+    """The card an allocated GPU device counts as ("" when it names no product)."""
+    product = device.attributes.get(f"{driver}/productName")
+    if not isinstance(product, str) or not product.strip():
+        return ""
+    card = gfd_product(product)
+    profile = device.attributes.get(f"{driver}/profile")
+    if device.attributes.get(f"{driver}/type") == MIG_CLASS and isinstance(profile, str):
+        return mig_card_name(card, profile)
+    return card
+
+
 def request_milli(exactly: ExactRequest) -> int:
     """What one request counts before allocation (0: not a GPU request)."""
     kind = class_kind(exactly.device_class)
@@ -130,6 +153,18 @@ def spec_milli(spec: ClaimSpec) -> int:
         else:
             total += max((request_milli(s.exactly) for s in req.first_available), default=0)
     return total
+
+
+def _counted(options: Sequence[ExactRequest]) -> ExactRequest:
+    """The alternative a request counts as before allocation: its largest."""
+    return max(options, key=request_milli)
+
+
+def _options(spec: ClaimSpec) -> list[list[ExactRequest]]:
+    return [
+        [req.exactly] if req.exactly is not None else [s.exactly for s in req.first_available]
+        for req in spec.requests
+    ]
 
 
 def _exact_of(spec: ClaimSpec, result_name: str) -> ExactRequest | None:
@@ -163,16 +198,75 @@ class DraGpus:
         return self._devices.get(ident)
 
     def claim_milli(self, claim: ResourceClaim) -> int:
-        if claim.allocation is None:
-            return spec_milli(claim.spec)
+        return self.claim_count(claim)[0]
+
+    def claim_count(
+        self, claim: ResourceClaim, allocation: ClaimAllocation | None = None
+    ) -> tuple[int, Vector]:
+        """The milli-GPU and the milli-cards the claim counts, allocated as ``allocation``
+        says (default: its own, if any)."""
+        allocation = allocation if allocation is not None else claim.allocation
+        if allocation is None:
+            return spec_milli(claim.spec), self._pending_cards(claim.spec)
         total = 0
-        for result in claim.allocation.results:
+        cards: Vector = {}
+        for result in allocation.results:
             exactly = _exact_of(claim.spec, result.request)
             if exactly is None or not class_kind(exactly.device_class):
                 continue
             found = self._device(result.id)
             total += device_milli(*found) if found is not None else MILLI_PER_GPU
-        return total
+            card = device_card(*found) if found is not None else ""
+            if card:
+                cards[card] = cards.get(card, 0) + MILLI_PER_GPU
+        return total, cards
+
+    def _pending_cards(self, spec: ClaimSpec) -> Vector:
+        """The cards of an unallocated claim's requests whose selectors pin one product."""
+        cards: Vector = {}
+        for options in _options(spec):
+            best = _counted(options)
+            kind = class_kind(best.device_class)
+            if not kind:
+                continue
+            cls = self.inventory.classes.get(best.device_class)
+            selectors = (*best.selectors, *(cls.selectors if cls is not None else ()))
+            products = pinned_products(selectors)
+            if len(products) != 1:
+                continue
+            card = products[0]
+            if kind == MIG_CLASS:
+                profile = pinned_profile(selectors)
+                if not profile:
+                    continue
+                card = mig_card_name(card, profile)
+            count = best.count if best.mode == AllocationMode.EXACT_COUNT else 1
+            cards[card] = cards.get(card, 0) + count * MILLI_PER_GPU
+        return cards
+
+    def pod_count(self, pod_key: str) -> tuple[int, Vector]:
+        """What the pod's claims count now, in milli-GPU and by card (``pod_milli``)."""
+        return self.count_on(pod_key, {})
+
+    def count_on(
+        self, pod_key: str, allocations: Mapping[str, ClaimAllocation]
+    ) -> tuple[int, Vector]:
+        """What the pod's claims would count allocated as ``allocations`` (claim key to
+        allocation: what :meth:`DraInventory.try_allocate` gives on a node) says, the
+        claims it does not name as they are now."""
+        if pod_key not in self.inventory.pod_claims:
+            return 0, {}
+        claims = self.inventory.resolve(pod_key)
+        if isinstance(claims, str):
+            return 0, {}
+        milli = 0
+        cards: Vector = {}
+        for claim in claims:
+            got, by_card = self.claim_count(claim, allocations.get(claim.key))
+            milli += got
+            for card, units in by_card.items():
+                cards[card] = cards.get(card, 0) + units
+        return milli, cards
 
     def pod_milli(self, pod_key: str) -> int:
         """What the pod's claims count now: allocated ones by their devices, the others by

@@ -8,6 +8,11 @@ Invariants:
   claims count from the start, :meth:`DraInventory.record` adds, :meth:`release` removes;
 - a claim made from a template for a pod is named ``<pod>-<entry>`` here (the resource claim
   controller adds a random suffix live; nothing here depends on the name).
+
+The slices that reach a node are found through an index by node name (made again whenever
+``pools`` is replaced): a cluster publishes one slice or more per node, and a pod's claims
+are tried on every node, so a scan of every slice for each node would cost the square of
+the nodes for each pod with claims.
 """
 
 from __future__ import annotations
@@ -67,6 +72,34 @@ def _pools(slices: Iterable[ResourceSlice], notes: list[str]) -> list[_Pool]:
     return pools
 
 
+_Placed = tuple[int, _Pool, ResourceSlice]  # a slice, with its place in pool order
+
+
+@dataclass(frozen=True, slots=True)
+class _Reach:
+    """The slices of ``pools`` by the node they name, and those that name none (``allNodes``,
+    a node selector), each with its place in pool order."""
+
+    pools: list[_Pool]
+    own: dict[str, list[_Placed]]
+    others: list[_Placed]
+
+    @staticmethod
+    def of(pools: list[_Pool]) -> _Reach:
+        own: dict[str, list[_Placed]] = {}
+        others: list[_Placed] = []
+        place = 0
+        for pool in pools:
+            for s in pool.slices:
+                entry = (place, pool, s)
+                place += 1
+                if s.node_name:
+                    own.setdefault(s.node_name, []).append(entry)
+                else:
+                    others.append(entry)
+        return _Reach(pools, own, others)
+
+
 @dataclass(slots=True)
 class DraInventory:
     classes: dict[str, DeviceClass] = field(default_factory=dict)
@@ -80,6 +113,7 @@ class DraInventory:
     # Pods whose claims cannot be named yet or at all (a template's claim not made yet, a
     # claim that cannot be read), with why: they fit no node until that changes.
     unresolved: dict[str, str] = field(default_factory=dict)  # pod key
+    _reach: _Reach | None = field(default=None, init=False, repr=False, compare=False)
 
     @staticmethod
     def build(
@@ -127,12 +161,18 @@ class DraInventory:
 
     def candidates(self, node: str, labels: Mapping[str, str]) -> list[Candidate]:
         """The devices reachable from ``node``, pool by pool, in name order."""
-        label_map = dict(labels)
+        reach = self._reach
+        if reach is None or reach.pools is not self.pools:
+            reach = self._reach = _Reach.of(self.pools)
+        found = reach.own.get(node, [])
+        if reach.others:
+            label_map = dict(labels)
+            more = [e for e in reach.others if e[2].reaches(node, label_map)]
+            if more:
+                found = sorted([*found, *more], key=lambda e: e[0])
         return [
             Candidate(s.driver, s.pool, d, not s.all_nodes, pool.complete)
-            for pool in self.pools
-            for s in pool.slices
-            if s.reaches(node, label_map)
+            for _, pool, s in found
             for d in s.devices
         ]
 

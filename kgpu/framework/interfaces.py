@@ -79,6 +79,19 @@ class FilterPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class PodFilterPlugin(FilterPlugin, Protocol):
+    """A filter whose verdicts for some pods depend on more than the pod's shape and the
+    node: DraClaims, for a pod with ResourceClaims (its claims are its own, and the devices
+    they may take change as other pods' claims are placed anywhere). For the pods it
+    ``judges_alone`` the scheduler asks it in every cycle, over the nodes the verdicts kept
+    per shape let through; the others it must pass on every node, and is not asked about."""
+
+    def judges_alone(self, pod: PodSpec) -> bool:
+        """Whether the pod's verdicts must come from this filter afresh, every cycle."""
+        ...
+
+
+@runtime_checkable
 class ScorePlugin(Plugin, Protocol):
     cacheable: bool
 

@@ -23,6 +23,14 @@ all nodes, and later cycles show the changed nodes they passed to the other filt
 As they read only the pod's node selector and tolerations (``PodSpec.placement_key``),
 their verdicts are also kept per those: a new shape that goes where an earlier one could
 takes them from there.
+
+Pods whose verdicts depend on more than their shape (a pod with DRA claims: see
+``PodFilterPlugin``) still take the shape's kept verdicts and scores; the filters at the end
+of the profile that judge them alone are asked afresh in every cycle, over the nodes those
+verdicts let through, on a copy that is never kept. So is a filter the caller adds for one
+cycle (``extra``: the queue's check of what a pod's claims would take on each node). A
+filter that judges some pods alone but is not at the end of the list (where a node it
+rejects could keep another filter's reason) makes those pods' cycles keep nothing at all.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from kgpu.framework.interfaces import (
     GpuChoicePlugin,
     IntArray,
     NormalizeScorePlugin,
+    PodFilterPlugin,
     PreFilterPlugin,
     ScorePlugin,
 )
@@ -131,8 +140,20 @@ class Scheduler:
         lead = 0
         while lead < len(self.filters) and _has_static_verdicts(self.filters[lead]):
             lead += 1
+        tail = len(self.filters)
+        while tail > lead and isinstance(self.filters[tail - 1], PodFilterPlugin):
+            tail -= 1
         self._static_filters = self.filters[:lead]
-        self._changing_filters = self.filters[lead:]
+        self._changing_filters = self.filters[lead:tail]
+        # Asked after the kept verdicts, only for the pods they judge alone.
+        self._pod_filters: tuple[PodFilterPlugin, ...] = tuple(
+            f for f in self.filters[tail:] if isinstance(f, PodFilterPlugin)
+        )
+        # Judging some pods alone but followed by filters that do not: those pods' cycles
+        # keep nothing (``_alone_inside``).
+        self._inner_pod_filters: tuple[PodFilterPlugin, ...] = tuple(
+            f for f in self.filters[:tail] if isinstance(f, PodFilterPlugin)
+        )
 
     def set_tie_rank(self, rank: IntArray | None) -> None:
         """Nodes with equal best totals go to the lowest rank; None: the lowest index."""
@@ -140,20 +161,28 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the cycle
 
-    def schedule(self, state: ClusterState, pod: PodSpec) -> Outcome:
-        found = self._decide(state, pod)
+    def schedule(
+        self, state: ClusterState, pod: PodSpec, extra: Sequence[FilterPlugin] = ()
+    ) -> Outcome:
+        """The cycle's outcome. ``extra``: filters for this cycle only, asked last (never
+        kept per shape)."""
+        found = self._decide(state, pod, extra)
         if isinstance(found, ShapeEntry):
             return self._unschedulable(pod, found, len(state))
         return found
 
-    def placement(self, state: ClusterState, pod: PodSpec) -> Placement | None:
+    def placement(
+        self, state: ClusterState, pod: PodSpec, extra: Sequence[FilterPlugin] = ()
+    ) -> Placement | None:
         """``schedule``'s choice, without the reasons a refusal carries: a caller that only
         asks whether the pod fits (a first try before evicting) spares their count over
         every node, which costs as much as the cycle itself."""
-        found = self._decide(state, pod)
+        found = self._decide(state, pod, extra)
         return found if isinstance(found, Placement) else None
 
-    def _decide(self, state: ClusterState, pod: PodSpec) -> Placement | Unschedulable | ShapeEntry:
+    def _decide(
+        self, state: ClusterState, pod: PodSpec, extra: Sequence[FilterPlugin] = ()
+    ) -> Placement | Unschedulable | ShapeEntry:
         """The placement, a pre-filter's refusal, or the shape's entry when no node fits."""
         cycle = CycleState(state, pod)
         for plugin in self.pre_filters:
@@ -161,6 +190,11 @@ class Scheduler:
             if not status.ok:
                 return Unschedulable(pod, status)
         entry = self._refresh(cycle, pod)
+        alone: Sequence[FilterPlugin] = extra
+        if self._pod_filters:
+            alone = [*(f for f in self._pod_filters if f.judges_alone(pod)), *extra]
+        if alone:
+            entry = self._judged_alone(cycle, pod, entry, alone)
         feasible = entry.feasible.nonzero()[0]
         if len(feasible) == 0:
             return entry
@@ -175,7 +209,7 @@ class Scheduler:
         """Bring the shape's verdicts and cacheable scores up to date for changed nodes."""
         state = cycle.state
         self.cache.bind(state)
-        if not self.use_cache:
+        if not self.use_cache or self._alone_inside(pod):
             entry = self._new_entry(state)
             self._evaluate(cycle, pod, entry, self.cache.all_nodes(), fresh=True)
             return entry
@@ -191,6 +225,34 @@ class Scheduler:
                 self._evaluate(cycle, pod, entry, stale, fresh=False)
         entry.seen_at = state.clock
         return entry
+
+    def _alone_inside(self, pod: PodSpec) -> bool:
+        """Does a filter before the profile's last ones judge the pod alone?"""
+        return any(f.judges_alone(pod) for f in self._inner_pod_filters)
+
+    def _judged_alone(
+        self,
+        cycle: CycleState,
+        pod: PodSpec,
+        entry: ShapeEntry,
+        filters: Sequence[FilterPlugin],
+    ) -> ShapeEntry:
+        """The shape's entry with ``filters`` asked too, for this pod alone: a copy of the
+        verdicts (the scores are shared: read only), never kept. As the filters come last,
+        a node they reject had no reason before, as in a cycle that keeps nothing."""
+        alive = entry.feasible.nonzero()[0]
+        own = ShapeEntry(
+            seen_at=entry.seen_at,
+            feasible=entry.feasible.copy(),
+            reason_idx=entry.reason_idx.copy(),
+            static_ok=entry.static_ok,
+            scores=entry.scores,
+        )
+        passed = self._filter(cycle, pod, own, alive, filters)
+        if len(passed) < len(alive):
+            own.feasible[alive] = False
+            own.feasible[passed] = True
+        return own
 
     def _new_entry(self, state: ClusterState) -> ShapeEntry:
         n = len(state)

@@ -21,7 +21,7 @@ rule each kind combines by; the actions ask it. The actions' own state for the s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -38,6 +38,7 @@ from kgpu.framework.statement import Op, Statement
 from kgpu.framework.status import Code, Status
 from kgpu.model.card import NAME_ANNOTATION, card_units, node_cards
 from kgpu.model.decision import Bind, Event, Evict, Nomination
+from kgpu.model.dra import ClaimAllocation
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.job import JobInfo, JobKey, JobSpec, Task, card_problem, singleton_job
 from kgpu.model.ledger import QueueLedger, Shortfall
@@ -185,8 +186,11 @@ class Session:
                 cpu += alloc.cpu_milli
                 memory += alloc.memory_mib
                 gpu += mig(alloc) if alloc.mig_count else alloc.gpu_milli * len(alloc.gpus)
-                if dra is not None:
-                    gpu += dra.milli(pod.key)
+                if dra is not None and dra.has(pod.key):
+                    milli, cards = dra.count(pod.key)
+                    gpu += milli
+                    if cards and job.queue >= 0:
+                        self.ledger.charge(job.queue, cards)
             if running and job.queue >= 0:
                 sums = held[job.queue]
                 sums[0] += cpu
@@ -213,6 +217,8 @@ class Session:
                 sums[1] += pod.memory_mib
                 milli = self._asked_milli(pod)
                 sums[2] += milli
+                if dra is not None and dra.has(pod.key):
+                    add(self.ledger.demand[job.queue], dra.count(pod.key)[1])
                 if NAME_ANNOTATION in pod.annotations:
                     card = self.first_card(task)
                     if card is not None:
@@ -310,19 +316,49 @@ class Session:
         and reclaim count (a GPU share that depends on the node as its largest, see
         :mod:`kgpu.framework.charges`)."""
         pod = task.pod
-        milli = self._asked_milli(pod)
+        if self.dra is not None and self.dra.has(pod.key):
+            return self._with_claims(
+                pod, card, self.charges.asked(pod.gpu), self.dra.count(pod.key)
+            )
+        milli = self.charges.asked(pod.gpu)
         vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
         if card is not None:
             vec[card] = _card_units(card, pod.gpu, milli)
         return vec
 
+    def vector_on(
+        self, task: Task, card: str | None, allocations: Mapping[str, ClaimAllocation]
+    ) -> Vector:
+        """``vector`` with the pod's DRA claims counted as ``allocations`` (what they would
+        get on a node) says: what placing it there would charge its queue."""
+        pod = task.pod
+        assert self.dra is not None, "only a session with DRA claims counts them on a node"
+        counted = self.dra.count_on(pod.key, allocations)
+        return self._with_claims(pod, card, self.charges.asked(pod.gpu), counted)
+
     def charge(self, task: Task, alloc: Allocation, card: str | None) -> Vector:
         """What ``task`` holds of its queue's account while it holds ``alloc`` as ``card``."""
         pod = task.pod
-        milli = self._held_milli(task, alloc)
+        if self.dra is not None and self.dra.has(pod.key):
+            return self._with_claims(pod, card, self.charges.held(alloc), self.dra.count(pod.key))
+        milli = self.charges.held(alloc)
         vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
         if card is not None:
             vec[card] = _card_units(card, pod.gpu, milli)
+        return vec
+
+    @staticmethod
+    def _with_claims(
+        pod: PodSpec, card: str | None, milli: int, claims: tuple[int, Vector]
+    ) -> Vector:
+        """The vector of ``pod`` (GPU ``milli`` besides its claims) as ``card``, its DRA
+        claims counting ``claims``: milli-GPU in ``gpu``, milli-cards by the card of their
+        devices beside the card the pod names."""
+        milli += claims[0]
+        vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
+        if card is not None:
+            vec[card] = _card_units(card, pod.gpu, milli)
+        add(vec, claims[1])
         return vec
 
     def _asked_milli(self, pod: PodSpec) -> int:
@@ -368,12 +404,16 @@ class Session:
             memory += pod.memory_mib
             alloc = allocations[pod.key]
             milli = held(alloc) if alloc.mig_count else alloc.gpu_milli * len(alloc.gpus)
-            if dra is not None:
-                milli += dra.milli(pod.key)
+            claimed: Vector = {}
+            if dra is not None and dra.has(pod.key):
+                got, claimed = dra.count(pod.key)
+                milli += got
             gpu += milli
             card = cards.get(pod.key)
             if card is not None:
                 out[card] = out.get(card, 0) + _card_units(card, pod.gpu, milli)
+            if claimed:
+                add(out, claimed)
         out.update({CPU: cpu, MEMORY: memory, GPU: gpu})
         return out
 

@@ -8,18 +8,21 @@ pod's claims back exactly as they were before (allocation, consumers, devices ta
 discarded gang, an eviction tried and given up, and at close the nominations and evictions
 that the edge, not the snapshot, carries out.
 
-A pod's GPU claims count in its queue's account (:mod:`kgpu.dra.gpu_count`): ``milli``.
+A pod's GPU claims count in its queue's account (:mod:`kgpu.dra.gpu_count`): ``milli``, and
+with the cards of their devices, ``count``; ``count_on`` is what they would count allocated
+on a node (the queue's check of a node, ``kgpu.actions.claim_quota``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from kgpu.dra.allocator import Refused
 from kgpu.dra.gpu_count import DraGpus
 from kgpu.dra.inventory import DraInventory
 from kgpu.model.dra import ClaimAllocation, ResourceClaim
 from kgpu.model.node import NodeInfo
+from kgpu.model.resources import Vector
 
 
 class SessionClaims:
@@ -34,6 +37,14 @@ class SessionClaims:
     def milli(self, key: str) -> int:
         """The milli-GPU the pod's claims count now (allocated ones by their devices)."""
         return self.gpus.pod_milli(key)
+
+    def count(self, key: str) -> tuple[int, Vector]:
+        """The milli-GPU and milli-cards the pod's claims count now."""
+        return self.gpus.pod_count(key)
+
+    def count_on(self, key: str, allocations: Mapping[str, ClaimAllocation]) -> tuple[int, Vector]:
+        """What the pod's claims would count, allocated as ``allocations`` says."""
+        return self.gpus.count_on(key, allocations)
 
     def place(self, key: str, node: NodeInfo) -> None:
         """Allocate the claims of the pod placed on ``node``, as its Binding will need them.

@@ -6,9 +6,14 @@ node reaches (:mod:`kgpu.dra.allocator`). Pods without claims pass untouched, so
 without DRA decides as before.
 
 Its verdicts depend on devices taken anywhere in the cluster (slices reachable from all
-nodes, claims shared between pods), not only on the node's own state: a scheduler running
-it keeps no verdicts per pod shape (``use_cache`` off), as ``kgpu simulate manifests`` does
-when the manifests hold DRA objects.
+nodes, claims shared between pods), not only on the node's own state, and a pod's claims
+are its own: it judges the pods with claims alone (``PodFilterPlugin.judges_alone``), so the
+scheduler asks it afresh in every cycle of such a pod, over the nodes the verdicts kept per
+shape let through, while pods without claims keep being served from the shape cache.
+
+What the claims would get on each node it let through is written into the cycle (under its
+name: node index to :class:`~kgpu.dra.allocator.Allocated`), for a later filter of the same
+cycle that counts it (the queue's check of a pod's claims, ``kgpu.actions.claim_quota``).
 
 Each refusal carries the allocator's own sentence (which claim, request, selector,
 capacity or constraint), one :class:`Reason` per distinct sentence, so a pending pod's
@@ -19,10 +24,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from kgpu.dra.allocator import Refused
+from kgpu.dra.allocator import Allocated, Refused
 from kgpu.dra.inventory import DraInventory
 from kgpu.framework.cycle import CycleState
-from kgpu.framework.interfaces import FilterPlugin, IntArray, Verdicts
+from kgpu.framework.interfaces import IntArray, PodFilterPlugin, Verdicts
 from kgpu.framework.status import Reason
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
@@ -53,16 +58,25 @@ class DraClaims:
             )
         return reason
 
+    def judges_alone(self, pod: PodSpec) -> bool:
+        return self.inventory is not None and self.inventory.asks(str(pod.key))
+
     def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
         inventory = self.inventory
         if inventory is None or not inventory.asks(str(pod.key)):
             return Verdicts.all_pass(len(nodes))
         why: list[Reason | None] = []
+        got: dict[int, Allocated] = cycle.get(self.name) or {}
         for i in nodes:
             node = cycle.state.nodes[int(i)]
             outcome = inventory.try_allocate(str(pod.key), str(node.name), node.labels)
-            why.append(self._reason(outcome.reason) if isinstance(outcome, Refused) else None)
+            if isinstance(outcome, Refused):
+                why.append(self._reason(outcome.reason))
+            else:
+                why.append(None)
+                got[int(i)] = outcome
+        cycle.write(self.name, got)
         return Verdicts.from_reasons(why)
 
 
-_: type[FilterPlugin] = DraClaims
+_: type[PodFilterPlugin] = DraClaims

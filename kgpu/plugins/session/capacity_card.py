@@ -12,7 +12,10 @@ plugin adds what is particular to cards:
   (``JobSpec.enqueued``: a Volcano PodGroup ``Inqueue``) counts its request too, as the
   first alternative its queue's path has a quota for;
 - allocation: a pod that names a card may only use it if some queue on its path has a
-  quota for that card ("card types without quotas default to 0", as in Volcano);
+  quota for that card ("card types without quotas default to 0", as in Volcano); the
+  cards a pod's DRA GPU claims count (:mod:`kgpu.dra.gpu_count`) are held to the quotas
+  that name them, as any resource with a limit, but a card no queue has a quota for does
+  not hold a DRA pod: it names no card, its claims only count in one;
 - ``cardUnlimitedCpuMemory``: pods that hold a card are not held to their queue's CPU and
   memory limits;
 - one card type per job (a job with ``one_card_type``, as Volcano's PodGroups are): once a
@@ -31,6 +34,7 @@ from typing import Any, Final
 
 from kgpu.framework.session import Session, SessionPlugin, quota_status
 from kgpu.framework.status import Code, Status
+from kgpu.model.card import CardError
 from kgpu.model.job import JobInfo, JobKey, Task
 from kgpu.model.ledger import Shortfall
 from kgpu.model.resources import BASE, MILLI, Vector, add
@@ -119,9 +123,14 @@ class CapacityCard:
                     add(inqueue[q], charge)
 
         def allocatable(job: JobInfo, task: Task, vec: Vector) -> Status | None:
+            named: tuple[str, ...] | None = None  # read when a card is first met
             for card, units in vec.items():
                 if card in BASE or units <= 0:
                     continue
+                if named is None:
+                    named = _named_cards(task)
+                if card not in named:
+                    continue  # counted by a DRA claim: the ledger's limits hold it
                 if job.spec.one_card_type:
                     taken = _job_card(session, job)
                     if taken is not None and taken != card:
@@ -138,6 +147,15 @@ class CapacityCard:
         session.callbacks.enqueueable.append(enqueueable)
         session.callbacks.on_admit.append(admitted)
         session.callbacks.allocatable.append(allocatable)
+
+
+def _named_cards(task: Task) -> tuple[str, ...]:
+    """The cards the pod's ``volcano.sh/card.name`` names (none when it cannot be read:
+    such a pod's job is refused whole when the session opens)."""
+    try:
+        return task.card_names()
+    except CardError:
+        return ()
 
 
 def _job_card(session: Session, job: JobInfo) -> str | None:
