@@ -10,6 +10,7 @@ import pytest
 
 from kgpu.dra.allocator import MAX_STEPS, Allocated, Refused
 from kgpu.dra.inventory import DraInventory
+from kgpu.kube.objects.dra_objects import resource_slice_from_k8s
 from kgpu.model.dra import PodClaim, device_id
 from tests.dra_fixtures import A100, claim, exactly, gpu, inventory, mig, slice_, template, wants
 
@@ -355,6 +356,24 @@ def test_only_a_pools_newest_generation_counts_and_a_device_named_twice_leaves_i
         "ResourceSlice pool gpu.nvidia.com/n1 left out: device 'gpu-0' is published twice"
     ]
     assert "0 of 0 fit" in refused(inv.try_allocate("ml/p", "n1", {}))
+
+
+def test_a_device_published_again_is_judged_by_what_it_now_says() -> None:
+    # Verdicts are kept per selector and device: a new generation of the pool (the driver
+    # publishing gpu-0 as an A100 now) must be judged afresh, not by the H100's verdict.
+    ampere = "device.attributes['gpu.nvidia.com'].architecture == 'Ampere'"
+    inv = one(
+        [{"name": "g", "exactly": exactly("gpu.nvidia.com", ampere)}], None, slice_("n1", gpu(0))
+    )
+    assert "0 of 1 fit (1 request selector #0 false)" in refused(inv.try_allocate("ml/p", "n1", {}))
+    inv.add_slices(
+        [
+            resource_slice_from_k8s(
+                slice_("n1", gpu(0, A100, "40Gi", "Ampere"), name="n", generation=2)
+            )
+        ]
+    )
+    assert devices(inv.try_allocate("ml/p", "n1", {})) == ["g=gpu-0"]
 
 
 def test_capacity_requests_filter_and_consumable_capacity_shares_a_device() -> None:

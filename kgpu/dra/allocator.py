@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from kgpu.dra.cel_selectors import SelectorError, compile_selector, device_variables, evaluate
+from kgpu.dra.cel_selectors import (
+    Outcome,
+    SelectorError,
+    compile_selector,
+    device_variables,
+    evaluate,
+)
 from kgpu.model.dra import (
     AllocationMode,
     AttributeValue,
@@ -42,6 +48,8 @@ from kgpu.model.dra import (
 )
 
 MAX_STEPS: Final = 100_000
+# Selector verdicts kept per inventory: selectors x devices, a few per device in practice.
+MAX_VERDICTS: Final = 1 << 20
 _TAKEN: Final = "allocated to another claim"
 
 
@@ -87,6 +95,12 @@ class InUse:
                 self.exclusive.pop(r.id, None)
 
 
+# A selector's answer on a device, by (expression, device): neither changes while the
+# inventory's slices stay those it was built with, and building CEL's view of a device
+# costs far more than running the program on it.
+Verdicts = dict[tuple[str, DeviceId], Outcome]
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimToAllocate:
     key: str  # namespace/name
@@ -121,8 +135,10 @@ class _Search:
         candidates: Sequence[Candidate],
         classes: Mapping[str, DeviceClass],
         in_use: InUse,
+        verdicts: Verdicts,
     ) -> None:
         self.claims = claims
+        self.verdicts = verdicts
         self.candidates = candidates
         self.classes = classes
         self.in_use = in_use
@@ -147,14 +163,14 @@ class _Search:
         cls = self.classes.get(exactly.device_class)
         if cls is None:
             return f'claim {claim} request "{name}": device class "{exactly.device_class}" does not exist'
-        selectors: list[tuple[str, Any]] = []
+        selectors: list[tuple[str, str, Any]] = []
         for where, exprs in (
             (f'class "{cls.name}"', cls.selectors),
             ("request", exactly.selectors),
         ):
             for k, expr in enumerate(exprs):
                 try:
-                    selectors.append((f"{where} selector #{k}", compile_selector(expr)))
+                    selectors.append((f"{where} selector #{k}", expr, compile_selector(expr)))
                 except SelectorError as exc:
                     return f'claim {claim} request "{name}": {where} selector #{k} {exc}'
         fits: list[int] = []
@@ -193,23 +209,31 @@ class _Search:
         i: int,
         c: Candidate,
         exactly: ExactRequest,
-        selectors: list[tuple[str, Any]],
+        selectors: list[tuple[str, str, Any]],
         errors: list[str],
     ) -> str:
-        for label, program in selectors:
-            outcome = evaluate(program, self._vars(i))
+        verdicts = self.verdicts
+        cid = c.id
+        for label, expression, program in selectors:
+            key = (expression, cid)
+            outcome = verdicts.get(key)
+            if outcome is None:
+                outcome = evaluate(program, self._vars(i))
+                if len(verdicts) >= MAX_VERDICTS:
+                    verdicts.clear()
+                verdicts[key] = outcome
             if outcome.error:
                 if len(errors) < 1:
-                    errors.append(f"{label} on device {c.id}: {outcome.error}")
+                    errors.append(f"{label} on device {cid}: {outcome.error}")
                 return f"{label} failed"
             if not outcome.matched:
                 return f"{label} false"
         for cap, amount in exactly.capacity.items():
             if c.device.capacity.get(cap, Fraction(-1)) < amount:
                 return f"capacity {cap} below {amount}"
-        if c.id in self.in_use.exclusive:
+        if cid in self.in_use.exclusive:
             return _TAKEN
-        if not c.device.allow_multiple and self.in_use.consumed.get(c.id):
+        if not c.device.allow_multiple and self.in_use.consumed.get(cid):
             return _TAKEN
         return ""
 
@@ -280,9 +304,10 @@ def allocate(
     classes: Mapping[str, DeviceClass],
     in_use: InUse,
     node_name: str,
+    verdicts: Verdicts | None = None,
 ) -> Allocated | Refused:
     """The devices of ``node_name`` for every one of ``claims``, or the reason why not."""
-    search = _Search(claims, candidates, classes, in_use)
+    search = _Search(claims, candidates, classes, in_use, {} if verdicts is None else verdicts)
     # Each request becomes its options, in order of preference.
     requests: list[list[_Option]] = []
     for ci, claim in enumerate(claims):

@@ -12,7 +12,9 @@ Invariants:
 The slices that reach a node are found through an index by node name (made again whenever
 ``pools`` is replaced): a cluster publishes one slice or more per node, and a pod's claims
 are tried on every node, so a scan of every slice for each node would cost the square of
-the nodes for each pod with claims.
+the nodes for each pod with claims. For the same reason each selector's verdict on each
+device is kept with that index: CEL's view of a device costs far more to build than the
+program costs to run, and neither changes while the pools stay the same.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kgpu.dra.allocator import (
     ClaimToAllocate,
     InUse,
     Refused,
+    Verdicts,
     allocate,
 )
 from kgpu.model.dra import (
@@ -78,11 +81,13 @@ _Placed = tuple[int, _Pool, ResourceSlice]  # a slice, with its place in pool or
 @dataclass(frozen=True, slots=True)
 class _Reach:
     """The slices of ``pools`` by the node they name, and those that name none (``allNodes``,
-    a node selector), each with its place in pool order."""
+    a node selector), each with its place in pool order; and the selectors' verdicts on
+    their devices, which hold as long as these pools do."""
 
     pools: list[_Pool]
     own: dict[str, list[_Placed]]
     others: list[_Placed]
+    verdicts: Verdicts = field(default_factory=dict)
 
     @staticmethod
     def of(pools: list[_Pool]) -> _Reach:
@@ -159,11 +164,15 @@ class DraInventory:
         """Whether the pod has claims to allocate (or that cannot be resolved)."""
         return pod_key in self.pod_claims or pod_key in self.unresolved
 
-    def candidates(self, node: str, labels: Mapping[str, str]) -> list[Candidate]:
-        """The devices reachable from ``node``, pool by pool, in name order."""
+    def _reach_now(self) -> _Reach:
         reach = self._reach
         if reach is None or reach.pools is not self.pools:
             reach = self._reach = _Reach.of(self.pools)
+        return reach
+
+    def candidates(self, node: str, labels: Mapping[str, str]) -> list[Candidate]:
+        """The devices reachable from ``node``, pool by pool, in name order."""
+        reach = self._reach_now()
         found = reach.own.get(node, [])
         if reach.others:
             label_map = dict(labels)
@@ -229,7 +238,14 @@ class DraInventory:
             done[claim.key] = claim.allocation
         if not todo:
             return Allocated(done)
-        outcome = allocate(todo, self.candidates(node, labels), self.classes, self.in_use, node)
+        outcome = allocate(
+            todo,
+            self.candidates(node, labels),
+            self.classes,
+            self.in_use,
+            node,
+            self._reach_now().verdicts,
+        )
         if isinstance(outcome, Refused):
             return outcome
         return Allocated({**done, **outcome.allocations})
