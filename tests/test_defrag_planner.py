@@ -206,9 +206,20 @@ def test_no_move_when_the_moved_pod_fits_nowhere_else() -> None:
 def test_no_move_when_the_cluster_is_full_not_fragmented() -> None:
     world = _two_nodes(_running(_pod("x", 700)))  # 300 + 600 idle < 1,000
     assert world.plan(_pod("y")).unplanned[PodKey("default/y")] == (
-        "900 milli-GPU idle on the nodes that could hold it, it asks 1000: no move makes "
+        "900 milli-GPU idle on the schedulable nodes, it asks 1000: no move makes "
         "room that is not there"
     )
+
+
+def test_a_move_may_go_to_a_node_the_waiting_pod_cannot_use() -> None:
+    """y asks one A100; the only A100 (node a) has 500 milli idle next to x, which may run
+    on any GPU. Node b's idle T4 is of no use to y, but x can go there: one move."""
+    nodes = [make_node("a").gpus(1).build(), make_node("b").gpus(1, model="T4").build()]
+    world = World(nodes, [(_running(_pod("x", 500)), 0, (0,))])
+    plan = world.plan(make_pod("y").gpus(1, "A100").build())
+    (step,) = plan.steps
+    (move,) = step.moves
+    assert (step.node, move.pod.key, move.source, move.target) == (0, "default/x", 0, 1)
 
 
 def test_the_round_budget_caps_the_moves() -> None:

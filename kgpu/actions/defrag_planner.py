@@ -10,8 +10,9 @@ says why, in words.
 How it works, per waiting pod:
 
 1. Only whole GPUs or a share of one GPU (the requests whose room is a count of milli per
-   GPU). If the nodes that could hold the pod have less idle GPU in all than it asks,
-   no move helps: the cluster is full, not fragmented.
+   GPU). If the schedulable nodes have less idle GPU in all than it asks, no move helps:
+   the cluster is full, not fragmented. (Not only the nodes that could hold the pod: a
+   pod moved off one of them may go to a node the waiting pod could not use.)
 2. Candidate nodes: schedulable, of an allowed GPU model, big enough when empty; nearest
    to fitting first (fewest GPUs, or milli of one GPU, short), then by index. At most
    ``maxNodesPerPod`` of those with a movable pod are examined.
@@ -188,10 +189,13 @@ def _plan_one(
     if req.models:
         ids = [state.model_ids[m] for m in req.models if m in state.model_ids]
         mask &= np.isin(state.model_id, ids)
-    idle = int(state.gpu_free_total[mask].sum())
+    # The room a move makes on a node that could hold the pod is GPU that lands elsewhere,
+    # on any schedulable node (one the pod itself could not use included): what is idle
+    # there and on the nodes that could hold it bounds what moves can gather.
+    idle = int(state.gpu_free_total[state.schedulable].sum())
     if idle < req.total_milli:
         return (
-            f"{idle} milli-GPU idle on the nodes that could hold it, it asks "
+            f"{idle} milli-GPU idle on the schedulable nodes, it asks "
             f"{req.total_milli}: no move makes room that is not there"
         )
     if req.milli == MILLI_PER_GPU:
