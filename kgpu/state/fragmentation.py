@@ -211,7 +211,7 @@ class FragmentModel:
         computed."""
         clocks = state.node_clock[nodes]
         stale = self._seen[nodes] != clocks
-        if not stale.any():
+        if not np.count_nonzero(stale):  # cheaper than .any(), a Python-level wrapper
             return
         changed = nodes[stale]
         free = state.gpu_free[changed]
@@ -354,4 +354,4 @@ def best_per_node(
 def _one_each(at: IntArray) -> bool:
     """Does ascending ``at`` (as long as the nodes, ending at the last) name every node
     once? Then no two entries are equal."""
-    return len(at) < 2 or bool((at[1:] != at[:-1]).all())
+    return len(at) < 2 or not np.count_nonzero(at[1:] == at[:-1])
