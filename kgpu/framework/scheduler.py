@@ -318,7 +318,7 @@ class Scheduler:
     def _pick(self, feasible: IntArray, total: FloatArray) -> tuple[int, float]:
         """The best node and its total (ties: the lowest tie-break rank); ``+ 0.0`` turns
         a total of -0.0 into 0.0, as a sum started from zeros would have it."""
-        top = total.max()
+        top = np.maximum.reduce(total)  # ndarray.max's Python-level wrapper costs more
         best = feasible[(total == top).nonzero()[0]]  # faster than a boolean mask
         if len(best) > 1 and self.tie_rank is not None:
             return int(best[self.tie_rank[best].argmin()]), float(top) + 0.0
@@ -331,7 +331,7 @@ class Scheduler:
         with the best total, which is the raw top (unnormalised, weight 1) or the weight
         times the normalised top: 100, or 0 where every node scores the same."""
         raw = entry.scores[step.plugin.name][feasible]
-        high = raw.max()
+        high = np.maximum.reduce(raw)  # as in ``_pick``
         if step.normalize is None:
             top = float(high)
         else:
