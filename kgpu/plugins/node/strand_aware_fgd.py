@@ -146,13 +146,19 @@ class StrandAwareFgd:
 
     def _stranded_drops(self, state: ClusterState, pod: PodSpec, nodes: list[int]) -> list[float]:
         """``stranded_decrease`` of a few nodes, node by node."""
-        gpu, cpu, mem = pod.gpu.total_milli, pod.cpu_milli, pod.memory_mib
         drops: list[float] = []
         for node in nodes:
             idle, cpu_free, mem_free = state.idle_room(node)
-            before = self.stranded_of(idle, cpu_free, mem_free)
-            drops.append(before - self.stranded_of(idle - gpu, cpu_free - cpu, mem_free - mem))
+            drops.append(self._stranded_drop(pod, idle, cpu_free, mem_free))
         return drops
+
+    def _stranded_drop(self, pod: PodSpec, idle: int, cpu_free: int, mem_free: int) -> float:
+        """``stranded_decrease`` of one node with these figures."""
+        before = self.stranded_of(idle, cpu_free, mem_free)
+        after = self.stranded_of(
+            idle - pod.gpu.total_milli, cpu_free - pod.cpu_milli, mem_free - pod.memory_mib
+        )
+        return before - after
 
     def _best_gpus(
         self, state: ClusterState, pod: PodSpec, nodes: IntArray
@@ -200,12 +206,12 @@ class StrandAwareFgd:
         kepts: list[float] = []
         frees: list[int] = []
         for row, gpu, base in zip(rows, slots, decrease.tolist(), strict=True):
+            idle, cpu_free, mem_free = state.idle_room(row)
             drop = drops.get(row)
             if drop is None:
-                drop = self._stranded_drops(state, pod, [row])[0]
+                drop = self._stranded_drop(pod, idle, cpu_free, mem_free)
                 drops[row] = drop
             free = state.gpu_free_at(row, gpu)
-            cpu_free = state.idle_room(row)[1]
             kept = model.leftover_of(free, cpu_free) - model.leftover_of(
                 free - share, cpu_free - cpu
             )
