@@ -80,6 +80,10 @@ class FilterPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class ScorePlugin(Plugin, Protocol):
+    """A cacheable score may also have ``zero_for(pod) -> bool``: True where it scores the
+    pod's shape 0 on every node whatever their state; the scheduler then neither asks it
+    nor adds it (``Scheduler``, GpuTopology)."""
+
     cacheable: bool
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
