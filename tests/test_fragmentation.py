@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 from kgpu.framework.cycle import CycleState
 from kgpu.model.pod import PodSpec
-from kgpu.plugins.node.fgd import FgdScore
+from kgpu.plugins.node.fgd import FgdScore, sigmoid_score
 from kgpu.plugins.node.strand_aware_fgd import StrandAwareFgd
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import FragmentModel, TypicalPod, typical_pods
@@ -150,3 +152,12 @@ def test_typical_pods_keep_exact_shapes_while_they_are_few() -> None:
     pods = [make_pod(f"p{i}").share(101 + i).cpu(1001 + i).build() for i in range(40)]
     # 38 of the 40 cover 95%; of equal counts the larger requests make the cut.
     assert sorted(t.gpu_milli for t in typical_pods(pods)) == [101 + i for i in range(2, 40)]
+
+
+def test_fgd_scores_a_rise_too_large_for_exp_as_zero_and_quietly() -> None:
+    """int(100 × sigmoid(ΔF / 1000)): past a rise of 700,000 milli exp would overflow, and
+    the score is 0 there as just below it, with no warning from numpy."""
+    drops = np.array([-1e12, -710_000.0, -700_000.0, -1000.0, -0.0, 0.0, 1000.0, 1e12])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sigmoid_score(drops).tolist() == [0, 0, 0, 26, 50, 50, 73, 100]

@@ -139,3 +139,65 @@ def test_gpus_a_node_has_no_memory_left_to_feed_are_stranded_too() -> None:
     )
     assert isinstance(outcome, Placement)
     assert state.nodes[outcome.node].name == "b"
+
+
+# Shares, whole GPUs and GPU-less pods, as a replay's typical pods mix them.
+MIXED = [
+    TypicalPod(0.3, 4000, 1000, 1, memory_mib=16_384),
+    TypicalPod(0.2, 8000, 1000, 2, memory_mib=32_768),
+    TypicalPod(0.2, 2000, 300, 1, memory_mib=8192),
+    TypicalPod(0.15, 3000, 550, 1, memory_mib=4096),
+    TypicalPod(0.15, 6000, 0, 0, memory_mib=24_576),
+]
+
+
+def _varied_cluster(nodes: int) -> ClusterState:
+    """Nodes of 2 to 8 GPUs and varied CPU and memory, partly filled by shares, whole GPUs
+    and GPU-less pods: few of them alike, so no two ways of scoring meet the same input."""
+    rng = np.random.default_rng(7)
+    state = ClusterState(
+        [
+            make_node(f"n{i}")
+            .gpus(int(rng.choice([2, 4, 8])))
+            .cpu(int(rng.integers(16, 97)) * 1000)
+            .memory(int(rng.integers(64, 513)) * 1024)
+            .build()
+            for i in range(nodes)
+        ]
+    )
+    for i in range(nodes):
+        for j, share in enumerate(rng.choice([0, 250, 300, 550, 1000], size=3).tolist()):
+            pod = make_pod(f"p{i}-{j}").cpu(int(rng.integers(1, 9)) * 1000).memory(2048)
+            placed = (pod.share(share) if 0 < share < 1000 else pod.gpus(share // 1000)).build()
+            room = [g for g, f in enumerate(state.gpu_row(i)) if f >= placed.gpu.milli]
+            gpus = room[: placed.gpu.count]
+            if not state.fits(placed, i, gpus):  # else it is left out: the node is full
+                state.allocate(placed, i, gpus)
+    return state
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        make_pod("s").share(300).cpu(2000).memory(8192).build(),
+        make_pod("t").share(550).cpu(5000).memory(4096).build(),
+        make_pod("w").gpus(1).cpu(6000).memory(65_536).build(),
+        make_pod("m").gpus(2).cpu(8000).build(),
+        make_pod("c").gpus(0).cpu(12_000).memory(131_072).build(),
+    ],
+)
+def test_a_few_nodes_score_as_they_do_among_many(pod: PodSpec) -> None:
+    """A decision that rescores the few nodes changed since (a replay's usual cycle) works
+    them out one by one; over many, over arrays. Both must give the same figures to the
+    last bit, and the same GPU for a share."""
+    state = _varied_cluster(200)
+    many = StrandAwareFgd(MIXED)
+    nodes = np.arange(len(state), dtype=np.int64)
+    together = many.score(CycleState(state, pod), pod, nodes)
+    gpus_together = [many.choose_gpus(state, pod, n) for n in range(len(state))]
+    few = StrandAwareFgd(MIXED)
+    apart = np.concatenate(
+        [few.score(CycleState(state, pod), pod, part) for part in np.array_split(nodes, 40)]
+    )
+    assert together.tobytes() == apart.tobytes()
+    assert [few.choose_gpus(state, pod, n) for n in range(len(state))] == gpus_together

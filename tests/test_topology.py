@@ -160,3 +160,28 @@ def test_the_annotation_is_the_design_contract() -> None:
     resources = json.loads(notes[ALLOCATION_ANNOTATION])["gpu"][0]["resources"]
     assert resources["kubernetes.io/gpu-memory"] == "81920Mi"
     assert resources["kubernetes.io/gpu-memory-ratio"] == 100
+
+
+def test_requests_the_topology_score_leaves_alone_are_placed_by_the_first_score() -> None:
+    """A share, one whole GPU or none score 0 everywhere (``zero_for``), so the scheduler
+    neither asks GpuTopology nor adds it: kgpu's choice and its total are StrandAwareFGD's
+    own best. Two whole GPUs are scored by their links."""
+    state = ClusterState([node("dgx", islands_of_four()), node("plain", None)])
+    state.allocate(make_pod("busy").gpus(1).build(), 0, [0])
+    nodes = np.array([0, 1])
+    topology = GpuTopology()
+    for pod in (
+        make_pod("share").share(500).build(),
+        make_pod("one").gpus(1).build(),
+        make_pod("none").gpus(0).cpu(2000).build(),
+    ):
+        assert topology.zero_for(pod)
+        assert topology.score(CycleState(state, pod), pod, nodes).tolist() == [0.0, 0.0]
+        scheduler = build_scheduler(load_profile("kgpu"))
+        outcome = scheduler.schedule(state, pod)
+        assert isinstance(outcome, Placement)
+        first = scheduler.scores[0][0].score(CycleState(state, pod), pod, nodes)
+        assert (outcome.node, outcome.score) == (int(first.argmax()), float(first.max()))
+    two = make_pod("two").gpus(2).build()
+    assert not topology.zero_for(two)
+    assert topology.score(CycleState(state, two), two, nodes).tolist() == [100.0, 50.0]

@@ -54,7 +54,7 @@ class Verdicts:
     def reject(self, reason: Reason, mask: BoolArray) -> None:
         """Reject ``mask`` for ``reason``; nodes already rejected keep their first reason."""
         new = mask & self.ok
-        if new.any():
+        if np.count_nonzero(new):  # cheaper than .any(), a Python-level wrapper
             self.rejected.append((reason, new))
             self.ok &= ~new
 
@@ -93,6 +93,10 @@ class PodFilterPlugin(FilterPlugin, Protocol):
 
 @runtime_checkable
 class ScorePlugin(Plugin, Protocol):
+    """A cacheable score may also have ``zero_for(pod) -> bool``: True where it scores the
+    pod's shape 0 on every node whatever their state; the scheduler then neither asks it
+    nor adds it (``Scheduler``, GpuTopology)."""
+
     cacheable: bool
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:

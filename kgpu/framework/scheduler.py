@@ -36,7 +36,7 @@ rejects could keep another filter's reason) makes those pods' cycles keep nothin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -92,6 +92,7 @@ class _ScoreStep:
     plugin: ScorePlugin
     weight: float
     normalize: Callable[[FloatArray], FloatArray] | None
+    zero_for: Callable[[PodSpec], bool] | None  # the plugin's ``zero_for``, if it has one
 
 
 class Scheduler:
@@ -119,7 +120,9 @@ class Scheduler:
         self.tie_rank: IntArray | None = None
         # isinstance() against a runtime-checkable Protocol costs microseconds: ask once.
         self._steps = tuple(
-            _ScoreStep(p, w, p.normalize if isinstance(p, NormalizeScorePlugin) else None)
+            _ScoreStep(
+                p, w, p.normalize if isinstance(p, NormalizeScorePlugin) else None, _zero_for(p)
+            )
             for p, w in self.scores
         )
         self._cached_steps = tuple(step for step in self._steps if step.plugin.cacheable)
@@ -134,6 +137,22 @@ class Scheduler:
             and (
                 (only.normalize is None and only.weight == 1.0)
                 or (only.normalize is not None and only.weight > 0 and _keeps_best(only.plugin))
+            )
+            else None
+        )
+        # The first score, cached, unweighted and raw, where every other is cached, raw and
+        # says of some pods that it scores them 0 everywhere (``zero_for``): for those pods
+        # the others add nothing, and the choice is read off the first's raw scores.
+        first = self._steps[0] if len(self._steps) > 1 else None
+        self._lead = (
+            first
+            if first is not None
+            and first.plugin.cacheable
+            and first.normalize is None
+            and first.weight == 1.0
+            and all(
+                s.plugin.cacheable and s.normalize is None and s.zero_for is not None
+                for s in self._steps[1:]
             )
             else None
         )
@@ -200,6 +219,8 @@ class Scheduler:
             return entry
         if self._best_only is not None:
             best, top = self._pick_raw(feasible, entry, self._best_only)
+        elif self._lead is not None and entry.lead_only:
+            best, top = self._pick_raw(feasible, entry, self._lead)
         else:
             best, top = self._pick(feasible, self._total_scores(cycle, pod, entry, feasible))
         gpus = self.gpu_choice.choose_gpus(state, pod, best) if pod.gpu.count else ()
@@ -210,13 +231,13 @@ class Scheduler:
         state = cycle.state
         self.cache.bind(state)
         if not self.use_cache or self._alone_inside(pod):
-            entry = self._new_entry(state)
+            entry = self._new_entry(state, pod)
             self._evaluate(cycle, pod, entry, self.cache.all_nodes(), fresh=True)
             return entry
         shape = pod.shape
         found, stale = self.cache.lookup(state, shape)
         if found is None:
-            entry = self._new_entry(state)
+            entry = self._new_entry(state, pod)
             self.cache.store(shape, entry)
             self._evaluate(cycle, pod, entry, stale, fresh=True)
         else:
@@ -241,27 +262,30 @@ class Scheduler:
         verdicts (the scores are shared: read only), never kept. As the filters come last,
         a node they reject had no reason before, as in a cycle that keeps nothing."""
         alive = entry.feasible.nonzero()[0]
-        own = ShapeEntry(
-            seen_at=entry.seen_at,
-            feasible=entry.feasible.copy(),
-            reason_idx=entry.reason_idx.copy(),
-            static_ok=entry.static_ok,
-            scores=entry.scores,
-        )
+        own = replace(entry, feasible=entry.feasible.copy(), reason_idx=entry.reason_idx.copy())
         passed = self._filter(cycle, pod, own, alive, filters)
         if len(passed) < len(alive):
             own.feasible[alive] = False
             own.feasible[passed] = True
         return own
 
-    def _new_entry(self, state: ClusterState) -> ShapeEntry:
+    def _new_entry(self, state: ClusterState, pod: PodSpec) -> ShapeEntry:
         n = len(state)
+        # Scores that are 0 on every node for this shape stay the zeros they start as.
+        zero = tuple(
+            s.plugin.name for s in self._cached_steps if s.zero_for is not None and s.zero_for(pod)
+        )
+        lead = self._lead
         return ShapeEntry(
             seen_at=state.clock,
             feasible=np.zeros(n, dtype=np.bool_),
             reason_idx=np.full(n, -1, dtype=np.int64),
             static_ok=np.zeros(n, dtype=np.bool_),
             scores={s.plugin.name: np.zeros(n, dtype=np.float64) for s in self._cached_steps},
+            zero_scores=zero,
+            lead_only=lead is not None
+            and len(zero) == len(self._steps) - 1
+            and lead.plugin.name not in zero,
         )
 
     def _evaluate(
@@ -279,7 +303,8 @@ class Scheduler:
         entry.feasible[alive] = True
         if len(alive):
             for step in self._cached_steps:
-                entry.scores[step.plugin.name][alive] = step.plugin.score(cycle, pod, alive)
+                if step.plugin.name not in entry.zero_scores:
+                    entry.scores[step.plugin.name][alive] = step.plugin.score(cycle, pod, alive)
 
     def _static_pass(
         self, cycle: CycleState, pod: PodSpec, entry: ShapeEntry, nodes: IntArray
@@ -349,7 +374,7 @@ class Scheduler:
     def _pick(self, feasible: IntArray, total: FloatArray) -> tuple[int, float]:
         """The best node and its total (ties: the lowest tie-break rank); ``+ 0.0`` turns
         a total of -0.0 into 0.0, as a sum started from zeros would have it."""
-        top = total.max()
+        top = np.maximum.reduce(total)  # ndarray.max's Python-level wrapper costs more
         best = feasible[(total == top).nonzero()[0]]  # faster than a boolean mask
         if len(best) > 1 and self.tie_rank is not None:
             return int(best[self.tie_rank[best].argmin()]), float(top) + 0.0
@@ -362,7 +387,7 @@ class Scheduler:
         with the best total, which is the raw top (unnormalised, weight 1) or the weight
         times the normalised top: 100, or 0 where every node scores the same."""
         raw = entry.scores[step.plugin.name][feasible]
-        high = raw.max()
+        high = np.maximum.reduce(raw)  # as in ``_pick``
         if step.normalize is None:
             top = float(high)
         else:
@@ -387,6 +412,13 @@ def _keeps_best(plugin: ScorePlugin) -> bool:
     """Does the plugin say its normalisation gives 100 to exactly the nodes with the best
     raw score, and 0 to all when they score the same (as integer min-max does)?"""
     return getattr(plugin, "normalize_keeps_best", False) is True
+
+
+def _zero_for(plugin: ScorePlugin) -> Callable[[PodSpec], bool] | None:
+    """The plugin's ``zero_for(pod)``, if it has one: True where it scores the pod's shape
+    0 on every node, whatever their state, so that the framework need not ask it."""
+    found = getattr(plugin, "zero_for", None)
+    return found if callable(found) else None
 
 
 def _has_static_verdicts(plugin: FilterPlugin) -> bool:

@@ -41,6 +41,11 @@ class ShapeEntry:
     reason_idx: IntArray  # index into ShapeCache.reasons; -1 where feasible
     static_ok: BoolArray  # passed the filters whose verdicts never change (see Scheduler)
     scores: dict[str, FloatArray] = field(default_factory=dict)
+    # Cached scores that are 0 on every node for this shape (``zero_for``): never asked.
+    zero_scores: tuple[str, ...] = ()
+    # Every score but the profile's first is among those: the choice is read off the
+    # first's raw scores (``Scheduler``).
+    lead_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

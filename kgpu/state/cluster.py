@@ -202,6 +202,15 @@ class ClusterState:
         """How many of ``node``'s GPUs are wholly free, and the most free milli of one."""
         return self._idle_v[node], self._max_free_v[node]
 
+    def idle_room(self, node: int) -> tuple[int, int, int]:
+        """``node``'s free milli-GPU over all its GPUs, free milli-CPU and free MiB."""
+        return self._gpu_total_v[node], self._cpu_v[node], self._mem_v[node]
+
+    def gpu_free_at(self, node: int, slot: int) -> int:
+        """The free milli of GPU ``slot`` of ``node``."""
+        free: int = self._gpu_v[node * self._width + slot]
+        return free
+
     def stamp(self, node: int) -> int:
         """``node``'s ``node_clock``: the ``clock`` of its last change."""
         return self._clock_v[node]

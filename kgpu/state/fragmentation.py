@@ -198,7 +198,9 @@ class FragmentModel:
     def _gpu_parts(self, free: IntArray) -> tuple[IntArray, IntArray]:
         """Per node and typical pod (K,T): the milli on GPUs big enough, and their count."""
         big = free[:, :, None] >= self.milli[None, None, :]
-        return (free[:, :, None] * big).sum(axis=1), big.sum(axis=1)
+        # The ufuncs' own reductions: ndarray.sum and .any go through a Python-level
+        # wrapper that costs more than these small arrays' work. The same results.
+        return np.add.reduce(free[:, :, None] * big, axis=1), np.add.reduce(big, axis=1)
 
     def _cpu_allows(self, cpu_free: IntArray, nodes: IntArray) -> BoolArray:
         """(K,T): the GPU model and ``cpu_free`` (K,) milli-CPU allow each typical pod."""
@@ -211,7 +213,7 @@ class FragmentModel:
         computed."""
         clocks = state.node_clock[nodes]
         stale = self._seen[nodes] != clocks
-        if not stale.any():
+        if not np.count_nonzero(stale):  # cheaper than .any(), a Python-level wrapper
             return
         changed = nodes[stale]
         free = state.gpu_free[changed]
@@ -220,7 +222,9 @@ class FragmentModel:
         self._usable[changed] = usable
         self._enough[changed] = enough
         self._lost[changed] = np.where(fits, -usable, 0)
-        repeated = ((free[:, :, None] == free[:, None, :]) & self._earlier).any(axis=2)
+        repeated = np.logical_or.reduce(
+            (free[:, :, None] == free[:, None, :]) & self._earlier, axis=2
+        )
         self._first[changed] = ~repeated
         self._seen[changed] = clocks[stale]
 
@@ -354,4 +358,4 @@ def best_per_node(
 def _one_each(at: IntArray) -> bool:
     """Does ascending ``at`` (as long as the nodes, ending at the last) name every node
     once? Then no two entries are equal."""
-    return len(at) < 2 or bool((at[1:] != at[:-1]).all())
+    return len(at) < 2 or not np.count_nonzero(at[1:] == at[:-1])

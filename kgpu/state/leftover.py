@@ -22,6 +22,9 @@ filling one hole can take, whichever is less.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import numpy as np
 
 from kgpu.model.units import MILLI_PER_GPU
@@ -74,6 +77,10 @@ class LeftoverModel:
             table[f] = (1.0 - chance) * f * MILLI_STEP + chance * filled
         self.table = table  # the last row, idle GPUs, stays 0
         self._last_col = cols - 1
+        self._cols = cols
+        # The same memory seen flat, whose items are Python floats: ``leftover_of`` reads
+        # one entry without making a numpy scalar. (A memoryview is typed as of ints.)
+        self._flat = cast("Sequence[float]", table.reshape(-1).data)
 
     def leftover(self, free: IntArray, cpu_free: IntArray) -> FloatArray:
         """Expected leftover of GPUs with ``free`` milli on nodes with ``cpu_free``
@@ -85,3 +92,10 @@ class LeftoverModel:
         f = np.maximum(free, 0) // MILLI_STEP
         c = np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col)
         return np.asarray(self.table[f, c], dtype=np.float64)
+
+    def leftover_of(self, free: int, cpu_free: int) -> float:
+        """``leftover`` of one GPU with ``free`` milli on a node with ``cpu_free`` milli-CPU:
+        the same entry, read without numpy's cost per call (a few shares a decision)."""
+        f = max(free, 0) // MILLI_STEP
+        c = min(max(cpu_free, 0) // CPU_STEP, self._last_col)
+        return self._flat[f * self._cols + c]

@@ -57,9 +57,15 @@ class GpuMemo:
         return int(entry[0][node])
 
 
+# exp(700) is 1e304, where 100 / (1 + it) truncates to 0 as surely as past exp's overflow
+# (709.8), whose 100 / inf is 0 too: bounding there gives the same scores and spares the
+# cost of silencing the overflow warning, which is more than the call's work.
+_EXP_BOUND = 700.0
+
+
 def sigmoid_score(decrease: FloatArray) -> FloatArray:
-    with np.errstate(over="ignore"):
-        return np.trunc(100.0 / (1.0 + np.exp(-decrease / 1000.0)))
+    """int(100 × sigmoid(ΔF / 1000)) of each decrease (x / −1000 is −x / 1000 exactly)."""
+    return np.trunc(100.0 / (1.0 + np.exp(np.minimum(decrease / -1000.0, _EXP_BOUND))))
 
 
 class FgdScore:

@@ -104,7 +104,9 @@ def row_fits(
 # Up to this many nodes, a filter call looks at each in Python (a cycle usually re-checks
 # the one node the last placement changed); past it, the arrays are cheaper.
 _FEW_NODES = 8
-_FEW_PLAIN = 2  # the plain path's arrays are few and cheap: Python wins on one or two only
+# The plain path's arrays are few and cheap, but its Python reads each node's figures as
+# Python ints (``ClusterState.gpu_summary``): it wins up to a dozen or so nodes.
+_FEW_PLAIN = 16
 
 
 class GpuFit:
@@ -214,13 +216,15 @@ class GpuFit:
 
 def _why_not_plain(state: ClusterState, req: GpuRequest, node: int) -> Reason | None:
     """``_plain``'s verdict on one node: no GPU, model, room (compute, then memory)."""
-    if not state.gpu_count[node]:
+    info = state.nodes[node]
+    if not info.gpu_count:
         return reasons.NO_GPU
-    if req.models and not req.allows(state.nodes[node].gpu_model):
+    if req.models and not req.allows(info.gpu_model):
         return reasons.GPU_MODEL_MISMATCH
+    idle, most = state.gpu_summary(node)
     if not req.is_shared:
-        return _short_of(state, req, node) if state.gpu_idle_count[node] < req.count else None
-    if state.gpu_max_free[node] < req.milli:
+        return _short_of(state, req, node) if idle < req.count else None
+    if most < req.milli:
         return _short_of(state, req, node)
     if state.odd_total and state.gpu_odd[node] and not any(row_fits(state, req, node)[0]):
         return reasons.INSUFFICIENT_GPU_MEMORY

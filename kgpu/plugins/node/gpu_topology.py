@@ -34,9 +34,15 @@ class GpuTopology:
     name = names.GPU_TOPOLOGY
     cacheable = True
 
+    def zero_for(self, pod: PodSpec) -> bool:
+        """Every request but one of two or more whole GPUs scores 0 on every node: the
+        framework then neither asks nor adds this score (a replay's most pods)."""
+        req = pod.gpu
+        return req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU or req.count < 2
+
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         req = pod.gpu
-        if req.kind is not GpuKind.GPU or req.milli != MILLI_PER_GPU or req.count < 2:
+        if self.zero_for(pod):
             return np.zeros(len(nodes), dtype=np.float64)
         state = cycle.state
         out = np.full(len(nodes), UNKNOWN, dtype=np.float64)

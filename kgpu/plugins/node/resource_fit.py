@@ -12,9 +12,10 @@ from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
 from kgpu.state.cluster import ClusterState
 
-# Up to this many nodes, a call judges each in Python: a cycle mostly re-checks the one
-# node the last placement changed, where a dozen array operations cost more.
-_FEW_NODES = 2
+# Up to this many nodes, a call judges each in Python: a cycle mostly re-checks the few
+# nodes changed since, where a dozen array operations cost more than reading each node's
+# figures as Python ints (``ClusterState.room``).
+_FEW_NODES = 16
 
 
 class NodeResourcesFit:
@@ -41,11 +42,12 @@ class NodeResourcesFit:
 
 def _why_not(state: ClusterState, pod: PodSpec, node: int) -> Reason | None:
     """The array path's verdict on one node."""
-    if state.pods[node] >= state.max_pods[node]:
+    cpu, memory, slots = state.room(node)
+    if slots <= 0:  # as many pods as the node allows, or more
         return reasons.TOO_MANY_PODS
-    if state.cpu_free[node] < pod.cpu_milli:
+    if cpu < pod.cpu_milli:
         return reasons.INSUFFICIENT_CPU
-    if state.mem_free[node] < pod.memory_mib:
+    if memory < pod.memory_mib:
         return reasons.INSUFFICIENT_MEMORY
     return None
 

@@ -57,6 +57,12 @@ TIE_SPAN = 0.99
 CPU_SPARE_WEIGHT = 0.5
 # Inside a node, a tighter GPU wins only among GPUs of equal score and leftover drop.
 _GPU_TIGHTNESS = 1e-6
+# Up to this many nodes (or GPUs of a share) kgpu's own terms are worked out one by one in
+# Python, past it over arrays. A decision of a shape seen before rescores only the nodes
+# changed since, most often a handful, where a numpy call costs far more than its work
+# (the openb replay). Both ways take the same IEEE operations in the same order, so
+# they give the same figures to the last bit.
+FEW = 64
 
 
 def cpu_per_gpu_milli(typical: list[TypicalPod]) -> float:
@@ -88,6 +94,8 @@ class StrandAwareFgd:
         self.memory_per_milli = memory_per_gpu_milli(typical)
         self._leftover: LeftoverModel | None = None
         self._leftover_for = (0, 0)
+        self._spans_of = (1, 1)
+        self._spans_for = (0, 0)
 
     def leftover_model(self, state: ClusterState) -> LeftoverModel:
         bound_to = (state.serial, id(state))
@@ -120,10 +128,37 @@ class StrandAwareFgd:
             feedable = np.minimum(feedable, mem_free / self.memory_per_milli)
         return np.asarray(np.round(np.maximum(0.0, idle_milli - feedable)), dtype=np.float64)
 
+    def stranded_of(self, idle_milli: int, cpu_free: int, mem_free: int) -> float:
+        """``stranded`` of one node, in Python floats: the same operations, one by one."""
+        if self.cpu_per_milli <= 0:
+            return 0.0
+        feedable = cpu_free / self.cpu_per_milli
+        if self.memory_per_milli > 0:
+            feedable = min(feedable, mem_free / self.memory_per_milli)
+        return float(round(max(0.0, idle_milli - feedable)))
+
     def stranded_decrease(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        if len(nodes) <= FEW:
+            return np.array(self._stranded_drops(state, pod, nodes.tolist()), dtype=np.float64)
         idle, cpu, mem = state.gpu_free_total[nodes], state.cpu_free[nodes], state.mem_free[nodes]
         after = self.stranded(idle - pod.gpu.total_milli, cpu - pod.cpu_milli, mem - pod.memory_mib)
         return np.asarray(self.stranded(idle, cpu, mem) - after, dtype=np.float64)
+
+    def _stranded_drops(self, state: ClusterState, pod: PodSpec, nodes: list[int]) -> list[float]:
+        """``stranded_decrease`` of a few nodes, node by node."""
+        drops: list[float] = []
+        for node in nodes:
+            idle, cpu_free, mem_free = state.idle_room(node)
+            drops.append(self._stranded_drop(pod, idle, cpu_free, mem_free))
+        return drops
+
+    def _stranded_drop(self, pod: PodSpec, idle: int, cpu_free: int, mem_free: int) -> float:
+        """``stranded_decrease`` of one node with these figures."""
+        before = self.stranded_of(idle, cpu_free, mem_free)
+        after = self.stranded_of(
+            idle - pod.gpu.total_milli, cpu_free - pod.cpu_milli, mem_free - pod.memory_mib
+        )
+        return before - after
 
     def _best_gpus(
         self, state: ClusterState, pod: PodSpec, nodes: IntArray
@@ -138,6 +173,8 @@ class StrandAwareFgd:
             best, gpus = self._best_gpus(state, pod, first)
             return best[inverse], gpus[inverse]
         at, slot, decrease = model.decrease_if_shared(state, pod, nodes)
+        if len(at) <= FEW:
+            return self._best_gpus_few(state, pod, nodes, at, slot, decrease)
         decrease = decrease + self.stranded_decrease(state, pod, nodes)[at]
         rows = nodes[at]
         free = state.gpu_free[rows, slot]
@@ -147,6 +184,53 @@ class StrandAwareFgd:
         scores = scores + (TIE_SPAN / (2 * MILLI_PER_GPU)) * (kept + MILLI_PER_GPU)
         scores = scores - _GPU_TIGHTNESS * (free - pod.gpu.milli)
         return best_per_node(at, slot, scores, len(nodes), -np.inf)
+
+    def _best_gpus_few(
+        self,
+        state: ClusterState,
+        pod: PodSpec,
+        nodes: IntArray,
+        at: IntArray,
+        slot: IntArray,
+        decrease: FloatArray,
+    ) -> tuple[FloatArray, IntArray]:
+        """``_best_gpus`` from ``decrease_if_shared``'s few pairs, one by one: the same
+        figures, the same order of operations (the sigmoid on an array, as numpy's ``exp``
+        is not Python's), and ``best_per_node``'s choice."""
+        model = self.leftover_model(state)
+        share, cpu = pod.gpu.milli, pod.cpu_milli
+        rows = nodes[at].tolist()
+        slots = slot.tolist()
+        drops: dict[int, float] = {}
+        totals: list[float] = []
+        kepts: list[float] = []
+        frees: list[int] = []
+        for row, gpu, base in zip(rows, slots, decrease.tolist(), strict=True):
+            idle, cpu_free, mem_free = state.idle_room(row)
+            drop = drops.get(row)
+            if drop is None:
+                drop = self._stranded_drop(pod, idle, cpu_free, mem_free)
+                drops[row] = drop
+            free = state.gpu_free_at(row, gpu)
+            kept = model.leftover_of(free, cpu_free) - model.leftover_of(
+                free - share, cpu_free - cpu
+            )
+            totals.append(base + drop + kept)
+            kepts.append(kept)
+            frees.append(free)
+        span = TIE_SPAN / (2 * MILLI_PER_GPU)
+        best = [-np.inf] * len(nodes)
+        gpus = [0] * len(nodes)
+        seen = [False] * len(nodes)
+        scores = sigmoid_score(np.array(totals)).tolist()
+        pairs = zip(at.tolist(), slots, scores, kepts, frees, strict=True)
+        for i, gpu, value, kept, free in pairs:
+            value = value + span * (kept + MILLI_PER_GPU)
+            value = value - _GPU_TIGHTNESS * (free - share)
+            # Slots come ascending within a node: the first of the best is the lowest.
+            if not seen[i] or value > best[i]:
+                best[i], gpus[i], seen[i] = value, gpu, True
+        return np.array(best, dtype=np.float64), np.array(gpus, dtype=np.int64)
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         state = cycle.state
@@ -166,13 +250,45 @@ class StrandAwareFgd:
         score = sigmoid_score(decrease + self.stranded_decrease(state, pod, nodes))
         if pod.gpu.count:
             return score
-        # Shares of the cluster's largest node keep the tie-break within 0..1 anywhere.
-        gpu_span = max(int(state.gpu_count.max(initial=0)) * MILLI_PER_GPU, 1)
-        cpu_span = max(int(state.cpu_cap.max(initial=0)), 1)
+        gpu_span, cpu_span = self._spans(state)
+        if len(nodes) <= FEW:
+            return np.array(self._spare_few(state, pod, nodes, score, gpu_span, cpu_span))
         idle_gpu = state.gpu_free_total[nodes] / gpu_span
         cpu_short = 1.0 - (state.cpu_free[nodes] - pod.cpu_milli) / cpu_span
         stranding = (idle_gpu + CPU_SPARE_WEIGHT * cpu_short) / (1.0 + CPU_SPARE_WEIGHT)
         return np.asarray(score + TIE_SPAN * (1.0 - np.clip(stranding, 0.0, 1.0)))
+
+    def _spans(self, state: ClusterState) -> tuple[int, int]:
+        """The milli-GPU and milli-CPU of the cluster's largest node (at least 1): shares
+        of them keep the GPU-less tie-break within 0..1 anywhere. Fixed facts of the
+        cluster, so worked out once per state."""
+        bound_to = (state.serial, id(state))
+        if self._spans_for != bound_to:
+            self._spans_of = (
+                max(int(state.gpu_count.max(initial=0)) * MILLI_PER_GPU, 1),
+                max(int(state.cpu_cap.max(initial=0)), 1),
+            )
+            self._spans_for = bound_to
+        return self._spans_of
+
+    def _spare_few(
+        self,
+        state: ClusterState,
+        pod: PodSpec,
+        nodes: IntArray,
+        score: FloatArray,
+        gpu_span: int,
+        cpu_span: int,
+    ) -> list[float]:
+        """``_score_whole``'s GPU-less tie-break on a few nodes, node by node."""
+        out: list[float] = []
+        for node, value in zip(nodes.tolist(), score.tolist(), strict=True):
+            idle, cpu_free, _ = state.idle_room(node)
+            idle_gpu = idle / gpu_span
+            cpu_short = 1.0 - (cpu_free - pod.cpu_milli) / cpu_span
+            stranding = (idle_gpu + CPU_SPARE_WEIGHT * cpu_short) / (1.0 + CPU_SPARE_WEIGHT)
+            out.append(value + TIE_SPAN * (1.0 - min(max(stranding, 0.0), 1.0)))
+        return out
 
     def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
         if pod.gpu.is_shared:
