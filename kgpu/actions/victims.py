@@ -10,7 +10,8 @@ victims come earliest in the order. Nodes are tried in the order of their first 
 and at most ``MAX_NODES`` of those that could fit at all (of ``MAX_SCANNED`` looked at), as
 kube-scheduler samples its preemption candidates: enough for a good choice, bounded on a
 large cluster. The search stops early once one victim does and no node further on holds
-an earlier unit.
+an earlier unit; once a node was found, a node whose trial could not beat it (see
+``_may_win``) still counts as tried but is not tried.
 """
 
 from __future__ import annotations
@@ -107,8 +108,11 @@ def make_room(
                 continue
             units: list[Unit] = []
             held: list[Task] = []
+            lead: list[Task] = []  # the pods of the node's first unit kept
             for u, tasks in offered:
                 if session.callbacks.victim_ok(job, tasks, reclaim):
+                    if not units:
+                        lead = tasks
                     units.append(u)
                     held.extend(tasks)
                 else:
@@ -117,7 +121,9 @@ def make_room(
                 len(units) < len(offered) and not _could_fit(session, pod, node, held)
             ):
                 continue
-            tried += 1
+            tried += 1  # counted whether or not it is tried: the same nodes are reached
+            if best is not None and not _may_win(session, pod, node, units[0], lead, best.cost):
+                continue
             most = best.cost[0] if best is not None else None
             choice = _try_node(
                 session, placer, job, task, (pod, vec, checks), node, units, reclaim, most
@@ -133,6 +139,28 @@ def make_room(
     assert gpus is not None, "a node freed in trial must fit when freed again"
     statement.allocate(task, best.node, gpus, card, True, job)
     return True
+
+
+def _may_win(
+    session: Session,
+    pod: PodSpec,
+    node: int,
+    lead: Unit,
+    tasks: list[Task],
+    best: tuple[int, int, int],
+) -> bool:
+    """Whether a trial on ``node`` could beat the ``best`` cost so far. A trial evicts the
+    node's first unit (``lead``, whose pods are ``tasks``) before anything else, as it
+    was just judged on the state of the moment, and stops adding units once it holds as
+    many victims as the best: a first unit of more victims cannot win, and one of as many
+    wins only alone, if it fits by the cheap bound and its rank comes first. (The trials
+    skipped would have changed nothing: one is undone whatever it finds.)"""
+    count = len(tasks)
+    if count < best[0]:
+        return True
+    if count > best[0]:
+        return False
+    return (count, lead.rank, lead.rank) < best and _could_fit(session, pod, node, tasks)
 
 
 def _may_fit(
