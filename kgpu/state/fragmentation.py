@@ -282,10 +282,11 @@ class FragmentModel:
         enough_t = [enough_of[i] for i in at]
         cpu = _bounded(state.idle_room(node)[1])
         needed = self._needed_by_model[self._model_of[node] + 1]
-        lost = [
-            -u if cpu >= need and e >= c else 0
-            for u, e, need, c in zip(usable_t, enough_t, needed, self._count_list, strict=True)
-        ]
+        counts = self._count_list
+        lost: list[int] = []
+        # Indexed loops: mypyc compiles them to plain C, where zip builds tuples.
+        for t in range(len(at)):
+            lost.append(-usable_t[t] if cpu >= needed[t] and enough_t[t] >= counts[t] else 0)
         parts = _NodeParts(clock, usable_t, enough_t, lost, firsts)
         self._parts[node] = parts
         return parts
@@ -300,17 +301,16 @@ class FragmentModel:
         """``decrease_if_whole`` of a few nodes, node by node."""
         k = pod.gpu.count
         taken = k * MILLI_PER_GPU
+        counts = self._count_list
         diffs: list[int] = []
         for node in nodes:
             parts = self._parts_of(state, node)
             cpu = _bounded(state.idle_room(node)[1] - pod.cpu_milli)
             needed = self._needed_by_model[self._model_of[node] + 1]
-            diffs.extend(
-                lost + (u if cpu >= need and e - k >= c else taken)
-                for lost, u, e, need, c in zip(
-                    parts.lost, parts.usable, parts.enough, needed, self._count_list, strict=True
-                )
-            )
+            lost, usable, enough = parts.lost, parts.usable, parts.enough
+            for t in range(len(counts)):
+                fits = cpu >= needed[t] and enough[t] - k >= counts[t]
+                diffs.append(lost[t] + (usable[t] if fits else taken))
         return self._weighted(diffs, len(nodes))
 
     def _shared_few(
@@ -336,18 +336,11 @@ class FragmentModel:
                     (after if after >= m else 0) - (free if free >= m else 0) for m in millis
                 ]
                 more_of = [(after >= m) - (free >= m) for m in millis]
-                diffs.extend(
-                    lost + (u + gained_of[j] if cpu >= need and e + more_of[j] >= c else 0) + share
-                    for lost, u, e, need, c, j in zip(
-                        parts.lost,
-                        parts.usable,
-                        parts.enough,
-                        needed,
-                        counts,
-                        milli_at,
-                        strict=True,
-                    )
-                )
+                lost, usable, enough = parts.lost, parts.usable, parts.enough
+                for t in range(len(counts)):
+                    m = milli_at[t]
+                    fits = cpu >= needed[t] and enough[t] + more_of[m] >= counts[t]
+                    diffs.append(lost[t] + (usable[t] + gained_of[m] if fits else 0) + share)
                 at.append(i)
                 slots.append(slot)
         return (
