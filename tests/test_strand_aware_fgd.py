@@ -201,3 +201,46 @@ def test_a_few_nodes_score_as_they_do_among_many(pod: PodSpec) -> None:
     )
     assert together.tobytes() == apart.tobytes()
     assert [few.choose_gpus(state, pod, n) for n in range(len(state))] == gpus_together
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        make_pod("s").share(300).cpu(2000).build(),
+        make_pod("h").share(550).cpu(9000).build(),
+        make_pod("w").gpus(1).cpu(6000).build(),
+        make_pod("m").gpus(2).cpu(30_000).build(),
+        make_pod("c").gpus(0).cpu(12_000).build(),
+    ],
+)
+def test_fgds_model_gives_a_few_nodes_the_figures_it_gives_them_among_many(pod: PodSpec) -> None:
+    """FGD's fragmentation drops of a few nodes are worked out node by node, of many over
+    arrays: the same figures to the last bit, for the same GPUs of a share, and again after
+    some nodes changed (their kept parts recomputed, the others' reused)."""
+    state = _varied_cluster(200)
+    nodes = np.arange(len(state), dtype=np.int64)
+    parts = np.array_split(nodes, 40)
+    few = FgdScore(MIXED).model(state)
+    for round_ in range(2):
+        many = FgdScore(MIXED).model(state)
+        if pod.gpu.is_shared:
+            at, slot, together = many.decrease_if_shared(state, pod, nodes)
+            pieces = [few.decrease_if_shared(state, pod, part) for part in parts]
+            assert (
+                np.concatenate(
+                    [part[a] for part, (a, _, _) in zip(parts, pieces, strict=True)]
+                ).tolist()
+                == at.tolist()
+            )
+            assert np.concatenate([s for _, s, _ in pieces]).tolist() == slot.tolist()
+            apart = np.concatenate([d for _, _, d in pieces])
+        else:
+            together = many.decrease_if_whole(state, pod, nodes)
+            apart = np.concatenate([few.decrease_if_whole(state, pod, part) for part in parts])
+        assert together.tobytes() == apart.tobytes()
+        assert np.count_nonzero(together) > 0  # the figures are not all alike
+        for node in range(0, len(state), 7):  # change some nodes before the second round
+            placed = make_pod(f"more{round_}-{node}").share(250).cpu(1000).build()
+            room = [g for g, f in enumerate(state.gpu_row(node)) if f >= 250][:1]
+            if room and not state.fits(placed, node, room):
+                state.allocate(placed, node, room)

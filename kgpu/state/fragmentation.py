@@ -132,6 +132,7 @@ def _most_frequent(
 # of a node's GPUs (at most 256 × 1000) and milli-CPU (at most 2^30) both fit.
 _I32 = np.int32
 _NEVER = np.iinfo(np.int32).max  # the CPU threshold of a typical pod a node can never take
+_NEVER_INT: int = int(_NEVER)
 # A whole-GPU pod's decreases come from the table (``decrease_if_whole``) for this many
 # nodes or more, and when bringing it up to date costs at most this many times a lookup
 # per node; otherwise they are computed directly.
@@ -140,6 +141,13 @@ _TABLE_REFRESH_RATIO = 8
 # Tables kept, one per GPU count asked (workloads ask for a handful: 0, 1, 2, 4, 8); a pod
 # of yet another count is computed directly rather than let requests grow the memory.
 _MAX_TABLES = 16
+# Up to this many nodes the decreases are worked out node by node on Python ints, past it
+# over arrays. A decision of a shape seen before rescores only the nodes changed since,
+# most often a handful (an openb replay's usual cycle), where each of the array path's
+# numpy calls costs far more than its work. Every figure before the weighting is an
+# integer, and both ways weight them with the same matrix product, so they agree to the
+# last bit.
+FEW_NODES = 32
 
 
 class FragmentModel:
@@ -194,6 +202,21 @@ class FragmentModel:
         self._cpu_fits_j = rank[None, :] < np.arange(kinds + 1)[:, None]  # (T+1, T)
         self._whole: dict[int, tuple[FloatArray, IntArray]] = {}
         self.classes = NodeClasses(state)
+        # The node-by-node path's own copies, as Python ints: per typical pod its milli,
+        # GPU count and (per GPU model id + 1) the CPU it needs; the distinct millis, as
+        # a node's GPU parts are worked out per milli and repeated per typical pod.
+        self._milli_list: list[int] = [t.gpu_milli for t in typical]
+        self._count_list: list[int] = [t.gpu_count for t in typical]
+        self._needed_by_model: list[list[int]] = np.where(
+            self.model_ok & (self.cpu < _NEVER)[None, :], self.cpu[None, :], _NEVER
+        ).tolist()
+        self._model_of: list[int] = state.model_id.tolist()
+        self._millis: list[int] = sorted(set(self._milli_list))
+        where = {m: i for i, m in enumerate(self._millis)}
+        self._milli_at: list[int] = [where[m] for m in self._milli_list]
+        # Per node, as of its clock then: usable, enough, lost (as ``_refresh`` keeps
+        # them) and the (slot, free milli) of the first GPU of each free share.
+        self._parts: list[_NodeParts | None] = [None] * n
 
     def _gpu_parts(self, free: IntArray) -> tuple[IntArray, IntArray]:
         """Per node and typical pod (K,T): the milli on GPUs big enough, and their count."""
@@ -228,6 +251,104 @@ class FragmentModel:
         self._first[changed] = ~repeated
         self._seen[changed] = clocks[stale]
 
+    def _parts_of(self, state: ClusterState, node: int) -> _NodeParts:
+        """``_refresh``'s figures of one node, on Python ints, recomputed when its clock
+        moved since."""
+        clock = state.stamp(node)
+        known = self._parts[node]
+        if known is not None and known.clock == clock:
+            return known
+        row = state.gpu_row(node)
+        counted: dict[int, int] = {}
+        firsts: list[tuple[int, int]] = []
+        for slot, free in enumerate(row):
+            if free in counted:
+                counted[free] += 1
+            else:
+                counted[free] = 1
+                firsts.append((slot, free))
+        usable_of: list[int] = []
+        enough_of: list[int] = []
+        for milli in self._millis:
+            usable = enough = 0
+            for free, many in counted.items():
+                if free >= milli:
+                    usable += free * many
+                    enough += many
+            usable_of.append(usable)
+            enough_of.append(enough)
+        at = self._milli_at
+        usable_t = [usable_of[i] for i in at]
+        enough_t = [enough_of[i] for i in at]
+        cpu = _bounded(state.idle_room(node)[1])
+        needed = self._needed_by_model[self._model_of[node] + 1]
+        counts = self._count_list
+        lost: list[int] = []
+        # Indexed loops: mypyc compiles them to plain C, where zip builds tuples.
+        for t in range(len(at)):
+            lost.append(-usable_t[t] if cpu >= needed[t] and enough_t[t] >= counts[t] else 0)
+        parts = _NodeParts(clock, usable_t, enough_t, lost, firsts)
+        self._parts[node] = parts
+        return parts
+
+    def _weighted(self, diffs: list[int], rows: int) -> FloatArray:
+        """``diffs`` (rows × T, row by row) weighted as the array path weights its (K,T)
+        int32 differences: the same matrix product, so the same sums to the last bit."""
+        diff = np.array(diffs, dtype=_I32).reshape(rows, len(self.typical))
+        return np.asarray(diff @ self.weights, dtype=np.float64)
+
+    def _whole_few(self, state: ClusterState, pod: PodSpec, nodes: list[int]) -> FloatArray:
+        """``decrease_if_whole`` of a few nodes, node by node."""
+        k = pod.gpu.count
+        taken = k * MILLI_PER_GPU
+        counts = self._count_list
+        diffs: list[int] = []
+        for node in nodes:
+            parts = self._parts_of(state, node)
+            cpu = _bounded(state.idle_room(node)[1] - pod.cpu_milli)
+            needed = self._needed_by_model[self._model_of[node] + 1]
+            lost, usable, enough = parts.lost, parts.usable, parts.enough
+            for t in range(len(counts)):
+                fits = cpu >= needed[t] and enough[t] - k >= counts[t]
+                diffs.append(lost[t] + (usable[t] if fits else taken))
+        return self._weighted(diffs, len(nodes))
+
+    def _shared_few(
+        self, state: ClusterState, pod: PodSpec, nodes: list[int]
+    ) -> tuple[IntArray, IntArray, FloatArray]:
+        """``decrease_if_shared`` of a few nodes, node by node."""
+        share = pod.gpu.milli
+        at: list[int] = []
+        slots: list[int] = []
+        diffs: list[int] = []
+        millis, milli_at, counts = self._millis, self._milli_at, self._count_list
+        for i, node in enumerate(nodes):
+            parts = self._parts_of(state, node)
+            cpu = _bounded(state.idle_room(node)[1] - pod.cpu_milli)
+            needed = self._needed_by_model[self._model_of[node] + 1]
+            for slot, free in parts.firsts:
+                if free < share:
+                    continue
+                after = free - share
+                # This GPU's share leaves what it counted; its remainder counts again
+                # where still big enough.
+                gained_of = [
+                    (after if after >= m else 0) - (free if free >= m else 0) for m in millis
+                ]
+                more_of = [(after >= m) - (free >= m) for m in millis]
+                lost, usable, enough = parts.lost, parts.usable, parts.enough
+                for t in range(len(counts)):
+                    m = milli_at[t]
+                    fits = cpu >= needed[t] and enough[t] + more_of[m] >= counts[t]
+                    diffs.append(lost[t] + (usable[t] + gained_of[m] if fits else 0) + share)
+                at.append(i)
+                slots.append(slot)
+        return (
+            np.array(at, dtype=np.int64),
+            np.array(slots, dtype=np.int64),
+            self._weighted(diffs, len(at)),
+        )
+
     def _base(
         self, state: ClusterState, nodes: IntArray
     ) -> tuple[Int32Array, Int32Array, Int32Array]:
@@ -255,6 +376,8 @@ class FragmentModel:
         figure, so it is left out: a node's GPUs are few distinct shares (most often one,
         idle), which is what makes a share's cost close to a whole GPU's.
         """
+        if len(nodes) <= FEW_NODES:
+            return self._shared_few(state, pod, nodes.tolist())
         share = pod.gpu.milli
         self._refresh(state, nodes)
         free = state.gpu_free[nodes]
@@ -305,6 +428,8 @@ class FragmentModel:
                     self._cpu_sorted, state.cpu_free[nodes] - pod.cpu_milli, "right"
                 )
                 return np.asarray(table[nodes, fit], dtype=np.float64)
+        if len(nodes) <= FEW_NODES:
+            return self._whole_few(state, pod, nodes.tolist())
         usable, enough, lost = self._base(state, nodes)
         allows = self._cpu_allows(state.cpu_free[nodes] - pod.cpu_milli, nodes)
         fits = allows & (enough - _I32(k) >= self._count32[None, :])
@@ -331,6 +456,22 @@ class FragmentModel:
         diff = lost[:, None, :] + np.where(fits, usable[:, None, :], _I32(k * MILLI_PER_GPU))
         table[nodes] = diff @ self.weights
         seen[nodes] = state.node_clock[nodes]
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeParts:
+    """One node's per-typical-pod parts as of ``clock`` (see ``FragmentModel._parts_of``)."""
+
+    clock: int
+    usable: list[int]
+    enough: list[int]
+    lost: list[int]
+    firsts: list[tuple[int, int]]
+
+
+def _bounded(cpu: int) -> int:
+    """Free milli-CPU bounded into int32 below the sentinel, as ``_cpu_allows`` bounds it."""
+    return max(min(cpu, _NEVER_INT - 1), -_NEVER_INT)
 
 
 def best_per_node(
