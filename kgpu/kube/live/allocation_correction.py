@@ -19,15 +19,23 @@ messages then name the reservation.
 Each difference is acted on once: not again while the cache still shows the pod as it was
 before the patch, nor while a conflict stays the same. A patch that fails is tried again by
 the next session; a pod gone (404) or replaced (409) needs nothing.
+
+A conflict on a node whose checkpoint also names a pod the cache does not have is not
+reported at once: that pod may have been created a moment ago (the agent's report reached
+kgpu before the pod's watch event), and once the cache shows it, its GPUs may make the
+difference a plain correction (two reservations that got each other's GPUs). It is
+reported if it still stands after ``UNSEEN_GRACE_S``; the books keep the annotation
+meanwhile, as for any conflict.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from kgpu.kube.anchors.koordinator import DEVICE_ALLOCATED_ANNOTATION, device_allocated
 from kgpu.kube.api.client import KubeClient
@@ -44,6 +52,8 @@ log = logging.getLogger(__name__)
 
 CORRECTED = "DeviceAllocationCorrected"
 CONFLICT = "DeviceAllocationConflict"
+# How long a conflict waits for the pods its node's checkpoint names to reach the cache.
+UNSEEN_GRACE_S: Final = 10.0
 
 Submit = Callable[[Callable[[], None]], object]
 # What was acted on for a pod: its UID, the GPUs its annotation named, those the kubelet
@@ -79,18 +89,31 @@ class AllocationCorrector:
         self.is_leader = is_leader
         self._lock = threading.Lock()
         self._acted: dict[PodKey, _Mark] = {}
+        # Conflicts held back on nodes with pods not in the cache yet: since when.
+        self._held: dict[_Mark, float] = {}
 
-    def act(self, snap: CacheSnapshot) -> None:
-        """Correct or report each of ``snap``'s differences not acted on yet."""
+    def act(self, snap: CacheSnapshot, clock: float | None = None) -> None:
+        """Correct or report each of ``snap``'s differences not acted on yet (``clock``:
+        ``time.monotonic`` unless given)."""
         now: dict[PodKey, _Mark] = {}
         todo: list[tuple[Difference, _Mark]] = []
+        clock = time.monotonic() if clock is None else clock
+        held: dict[_Mark, float] = {}
         for d in snap.differences:
             mark = (uid(d.obj), d.recorded, d.kubelet, bool(d.conflict))
             now[d.key] = mark
             with self._lock:
+                reported = self._acted.get(d.key) == mark
+            if d.conflict and d.node in snap.unseen_holders and not reported:
+                since = self._held.get(mark, clock)
+                if clock - since < UNSEEN_GRACE_S:
+                    held[mark] = since
+                    continue  # not acted on: asked again by the next session
+            with self._lock:
                 if self._acted.get(d.key) != mark:
                     self._acted[d.key] = mark
                     todo.append((d, mark))
+        self._held = held  # a conflict no longer held back starts afresh if it comes back
         with self._lock:  # a difference gone (corrected, resolved, pod gone) is forgotten
             for key in [k for k in self._acted if k not in now]:
                 del self._acted[key]
@@ -107,6 +130,11 @@ class AllocationCorrector:
                 if self.record_key is not None:
                     notes = self._signed(d, notes)
                 self.submit(partial(self._correct, d, notes, mark))
+
+    def due(self, now: float) -> bool:
+        """Whether a conflict held back has waited its grace (a session should report it
+        even if nothing else changed); ``now`` from ``time.monotonic``."""
+        return any(now - since >= UNSEEN_GRACE_S for since in self._held.values())
 
     def _signed(self, d: Difference, notes: dict[str, str]) -> dict[str, str]:
         """``notes`` signed with the pod's other records as they stay (its queue)."""

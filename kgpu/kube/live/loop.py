@@ -345,9 +345,10 @@ class SchedulerLoop:
 
     def _due(self, now: float) -> bool:
         """Whether a session is due without any change of the caches: a pod's wait or
-        back-off is over, a bind of unknown outcome has expired, a status write failed, or
+        back-off is over, a bind of unknown outcome has expired, a status write failed, a held
+        device conflict has waited its grace (kgpu.kube.live.allocation_correction), or
         a bound pod of ours changed while PodGroups (whose status counts its phase) exist."""
-        if self._status.retry:
+        if self._status.retry or self._corrector.due(now):
             return True
         if self._keeper is not None and self._keeper.due(now):
             return True

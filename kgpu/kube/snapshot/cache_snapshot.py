@@ -136,6 +136,9 @@ class CacheSnapshot:
     held: int = 0  # bound pods accounted as filling what their node had left
     # Pods of ours the kubelet gave other GPUs than their annotation names.
     differences: list[Difference] = field(default_factory=list)
+    # Nodes whose Device checkpoint names pods the cache does not have: maybe pods created a
+    # moment ago, whose GPUs may explain a difference there (kgpu.kube.live.allocation_correction).
+    unseen_holders: set[str] = field(default_factory=set)
     # Reservation pods, the GPUs they hold, and the GPUs our bound shares hold through them.
     reservations: ReservationBook = field(default_factory=ReservationBook)
     # Our bound pods that hold GPUs through reservations, with the minors their annotation
@@ -417,11 +420,15 @@ class SnapshotBuilder:
                 snap.problems.append(
                     Problem(obj, "InvalidDeviceCheckpoint", f"{text}; those entries are not used")
                 )
-        for index, text in claims.strays(readings).items():
+        for index, strays in claims.strays(readings).items():
             name = state.nodes[index].name
+            if strays.unseen:
+                snap.unseen_holders.add(name)
             obj = devices.get(name)
             if obj is not None:
-                snap.problems.append(Problem(obj, "UnknownCheckpointPod", f"Device {name}: {text}"))
+                snap.problems.append(
+                    Problem(obj, "UnknownCheckpointPod", f"Device {name}: {strays.text}")
+                )
 
 
 def _creation_order(pod: PodReading) -> tuple[str, str]:

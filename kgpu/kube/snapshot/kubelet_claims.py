@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from kgpu.kube.objects.device_allocation import DeviceAllocation
 from kgpu.kube.objects.device_cr import SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
@@ -51,6 +51,15 @@ class Difference:
     conflict: str = ""
     # For a share: the reservation pods whose GPUs the kubelet gave (it gave the share none).
     reservation: str = ""
+
+
+class Strays(NamedTuple):
+    """A node's checkpoint entries no pod there took, said in a sentence; ``unseen``: some
+    name a pod the cache does not have (deleted, or created a moment ago and not in the
+    cache yet)."""
+
+    text: str
+    unseen: bool
 
 
 class KubeletClaims:
@@ -88,7 +97,7 @@ class KubeletClaims:
         self._taken.add((index, entry))
         return self._state.devices[index].gpu_slots_of(entry.device_ids, replicas=shared)
 
-    def strays(self, readings: Iterable[PodReading]) -> dict[int, str]:
+    def strays(self, readings: Iterable[PodReading]) -> dict[int, Strays]:
         """By node index: the entries no pod there took whose pod does not exist or is bound
         to another node, said in a sentence (a pod not bound yet, or finished, is no stray)."""
         left = [
@@ -104,6 +113,7 @@ class KubeletClaims:
         for reading in readings:
             node_by_uid[reading.uid] = node_by_key[reading.key] = reading.node
         said: dict[int, list[str]] = {}
+        unseen: set[int] = set()
         for index, entry in left:
             name = self._state.nodes[index].name
             where: str | None
@@ -114,15 +124,19 @@ class KubeletClaims:
                 where = node_by_key.get(pod)
             if where is None:
                 text = f"pod {pod}, which does not exist"
+                unseen.add(index)
             elif where and where != name:
                 text = f"pod {pod}, which is bound to node {where}"
             else:
                 continue
             said.setdefault(index, []).append(f"{text} ({', '.join(entry.device_ids)})")
         return {
-            index: f"checkpoint entries for pods not on node {self._state.nodes[index].name} "
-            f"are not used: {'; '.join(texts[:_NAMED])}"
-            + (f"; and {len(texts) - _NAMED} more" if len(texts) > _NAMED else "")
+            index: Strays(
+                f"checkpoint entries for pods not on node {self._state.nodes[index].name} "
+                f"are not used: {'; '.join(texts[:_NAMED])}"
+                + (f"; and {len(texts) - _NAMED} more" if len(texts) > _NAMED else ""),
+                index in unseen,
+            )
             for index, texts in said.items()
         }
 
