@@ -48,7 +48,8 @@ class ReservationKeeper:
         self.submit = submit
         self.is_leader = is_leader
         self._lock = threading.Lock()
-        self._creating: dict[tuple[str, int], float] = {}  # (node, minor) -> when asked
+        # (node, minor) -> when asked, and the reservations for it the cache showed then.
+        self._creating: dict[tuple[str, int], tuple[float, frozenset[str]]] = {}
         self._idle_since: dict[str, float] = {}  # reservation name -> first seen idle
         self._acted: set[tuple[str, str]] = set()  # (name, what) done or in flight
         self.created = 0
@@ -91,12 +92,20 @@ class ReservationKeeper:
                 del self._idle_since[name]
             listed = {r.name for r in book.reservations}
             self._acted = {a for a in self._acted if a[0] in listed}
-            for key in [k for k in self._creating if k in covered]:
-                del self._creating[key]
+            # A creation is seen once a new pod for its GPU is in the cache, whatever its
+            # phase: one the kubelet failed before any session saw it running is replaced
+            # now, not after the timeout.
+            names: dict[tuple[str, int], set[str]] = {}
+            for r in book.reservations:
+                if r.covers is not None:
+                    names.setdefault((r.node, r.covers), set()).add(r.name)
+            for key, (_, before) in list(self._creating.items()):
+                if key in covered or names.get(key, set()) - before:
+                    del self._creating[key]
         for node, minors in sorted(book.backed.items()):
             for minor in sorted(minors):
                 if (node, minor) not in covered:
-                    self._create(node, minor, now)
+                    self._create(node, minor, now, frozenset(names.get((node, minor), ())))
 
     def _keep(self, r: Reservation, backed: set[int], now: float) -> None:
         """Rename ``r`` once its shares moved to the GPU it holds; time it while idle."""
@@ -111,12 +120,14 @@ class ReservationKeeper:
         if now - since >= self.config.idle_grace_s:
             self._delete(r, f"no share has been on its GPU for {self.config.idle_grace_s:.0f}s")
 
-    def _create(self, node: str, minor: int, now: float) -> None:
+    def _create(self, node: str, minor: int, now: float, before: frozenset[str]) -> None:
+        """Ask for a reservation of GPU ``minor`` (``before``: those the cache shows for
+        it now, none live)."""
         with self._lock:
             asked = self._creating.get((node, minor))
-            if asked is not None and now - asked < _CREATE_TIMEOUT_S:
+            if asked is not None and now - asked[0] < _CREATE_TIMEOUT_S:
                 return
-            self._creating[(node, minor)] = now
+            self._creating[(node, minor)] = (now, before)
         self.submit(partial(self._do_create, node, minor))
 
     def _do_create(self, node: str, minor: int) -> None:
