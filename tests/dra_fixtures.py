@@ -121,6 +121,14 @@ def claim(
     return obj
 
 
+def one_gpu_claim(name: str, finalizers: list[str] | None = None) -> Obj:
+    """A claim in ``ml`` for one GPU of any product (with ``finalizers`` when given)."""
+    obj = claim(name, [{"name": "gpu", "exactly": exactly()}])
+    if finalizers is not None:
+        obj["metadata"]["finalizers"] = finalizers
+    return obj
+
+
 def template(name: str, requests: list[Obj], namespace: str = "ml") -> Obj:
     return {
         "apiVersion": API,

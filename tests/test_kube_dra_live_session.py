@@ -20,9 +20,10 @@ from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
 from kgpu.kube.scaling.live_autoscaler import AutoscaleOptions
 from kgpu.kube.scaling.trigger_pods import TriggerPodConfig
 from kgpu.model.nodepool import CATALOGUE, NodePool
-from tests.dra_fixtures import claim, exactly, gpu, slice_
+from tests.dra_fixtures import claim, exactly, gpu, one_gpu_claim, slice_
 from tests.kube_double import KubeDouble
 from tests.kube_objects import SCHEDULER, node_obj, wait_until
+from tests.test_kube_autoscale import nodeclaim
 from tests.test_kube_dra_live import (  # noqa: F401  (fixtures)
     NS,
     Start,
@@ -40,10 +41,6 @@ from tests.test_kube_queues import queue_obj
 Obj = dict[str, Any]
 
 
-def one_gpu(name: str) -> Obj:
-    return claim(name, [{"name": "gpu", "exactly": exactly()}])
-
-
 def in_queue(pod: Obj, queue: str) -> Obj:
     pod["metadata"]["labels"] = {"kgpu.io/queue": queue}
     return pod
@@ -57,8 +54,8 @@ def test_a_session_holds_the_claims_of_the_pods_it_places(
     start: Start,  # noqa: F811
 ) -> None:
     scene(double, gpus=1)
-    double.put(one_gpu("c-a"))
-    double.put(one_gpu("c-b"))
+    double.put(one_gpu_claim("c-a"))
+    double.put(one_gpu_claim("c-b"))
     double.put(dra_pod("a", ("gpu", "c-a")))
     double.put(dra_pod("b", ("gpu", "c-b")))
     start()
@@ -91,7 +88,7 @@ def test_a_queue_counts_the_dra_gpus_its_running_pods_hold(
 ) -> None:
     scene(double, gpus=2)
     double.put(queue_obj("small", limit={"gpu": 1}))
-    double.put(one_gpu("c-first"))
+    double.put(one_gpu_claim("c-first"))
     double.put(in_queue(dra_pod("first", ("gpu", "c-first")), "small"))
     start()
     wait_until(lambda: double.bound() == {"first": "n1"})
@@ -104,7 +101,7 @@ def test_a_queue_counts_the_dra_gpus_its_running_pods_hold(
         )
     )
     # A GPU is free on the node, but the queue's running pod holds its one GPU, by a claim.
-    double.put(one_gpu("c-second"))
+    double.put(one_gpu_claim("c-second"))
     double.put(in_queue(dra_pod("second", ("gpu", "c-second")), "small"))
     # (The claim's cache may show it after the pod's: the pod then waits for it first.)
     said = "second: queue small: gpu requested 1, allocated 1, quota 1"
@@ -136,7 +133,7 @@ def test_a_queue_counts_the_claims_of_pods_bound_before_kgpu_started(
         "reservedFor": [{"resource": "pods", "name": "running", "uid": stored["metadata"]["uid"]}],
     }
     double.put(claim("c-run", [{"name": "gpu", "exactly": exactly()}], status=allocated))
-    double.put(one_gpu("c-new"))
+    double.put(one_gpu_claim("c-new"))
     double.put(in_queue(dra_pod("new", ("gpu", "c-new")), "small"))
     start()
     wait_until(lambda: any(e.startswith("new: ") for e in events(double, "FailedScheduling")))
@@ -204,7 +201,9 @@ def test_dra_gpu_demand_that_fits_nowhere_turns_into_a_trigger_pod(
         assert bound is not None
         bound["spec"]["nodeName"] = "gpu-node-1"
         double.put(bound)
-        double.put(nodeclaim_ready("gpu-x1", "gpu-node-1"))
+        double.put(
+            nodeclaim("gpu-x1", "gpu-node-1", "Launched", "Registered", "Initialized", "Ready")
+        )
         wait_until(lambda: triggers(double) == [])
         wait_until(lambda: double.bound().get("trainer") == "gpu-node-1")
         assert status_of(double, "pair")["allocation"]["devices"]["results"][0]["pool"] == (
@@ -216,30 +215,6 @@ def test_dra_gpu_demand_that_fits_nowhere_turns_into_a_trigger_pod(
 
 def triggers(api: KubeDouble) -> list[Obj]:
     return [p for p in api.objects("pods") if p["metadata"].get("namespace") == TRIGGERS]
-
-
-def nodeclaim_ready(name: str, node: str) -> Obj:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "karpenter.sh/nodepool": "gpu",
-                "node.kubernetes.io/instance-type": "p4de.24xlarge",
-            },
-        },
-        "spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"}
-        },
-        "status": {
-            "nodeName": node,
-            "conditions": [
-                {"type": c, "status": "True"}
-                for c in ("Launched", "Registered", "Initialized", "Ready")
-            ],
-        },
-    }
 
 
 # ---------------------------------------------------------------------------- explain

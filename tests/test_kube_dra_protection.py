@@ -15,7 +15,7 @@ from kgpu.kube.api.client import KubeClient, load_configuration
 from kgpu.kube.api.errors import Conflict, Invalid
 from kgpu.kube.live.dra_claims_writer import FINALIZER
 from kgpu.kube.snapshot.dra_inventory import RESOURCE_CLAIMS
-from tests.dra_fixtures import claim, exactly
+from tests.dra_fixtures import one_gpu_claim
 from tests.kube_double import KubeDouble
 from tests.kube_objects import wait_until
 from tests.test_kube_dra_live import (  # noqa: F401  (fixtures)
@@ -31,13 +31,6 @@ from tests.test_kube_dra_live import (  # noqa: F401  (fixtures)
 )
 
 Obj = dict[str, Any]
-
-
-def one_gpu(name: str, finalizers: list[str] | None = None) -> Obj:
-    obj = claim(name, [{"name": "gpu", "exactly": exactly()}])
-    if finalizers is not None:
-        obj["metadata"]["finalizers"] = finalizers
-    return obj
 
 
 def finalizers(api: KubeDouble, name: str) -> list[str]:
@@ -72,7 +65,7 @@ def test_the_finalizer_comes_before_the_allocation_and_goes_after_it(
     start: Start,  # noqa: F811
 ) -> None:
     scene(double)
-    double.put(one_gpu("c1", finalizers=["example.com/keep"]))
+    double.put(one_gpu_claim("c1", finalizers=["example.com/keep"]))
     double.put(dra_pod("p1", ("gpu", "c1")))
     start()
     wait_until(lambda: double.bound() == {"p1": "n1"})
@@ -94,7 +87,7 @@ def test_a_claim_already_protected_is_not_updated_again(
 ) -> None:
     """An earlier attempt added the finalizer and was interrupted: it is kept as it is."""
     scene(double)
-    double.put(one_gpu("c1", finalizers=[FINALIZER]))
+    double.put(one_gpu_claim("c1", finalizers=[FINALIZER]))
     double.put(dra_pod("p1", ("gpu", "c1")))
     start()
     wait_until(lambda: double.bound() == {"p1": "n1"})
@@ -107,7 +100,7 @@ def test_a_conflict_on_the_finalizer_is_read_again_and_retried(
     start: Start,  # noqa: F811
 ) -> None:
     scene(double)
-    double.put(one_gpu("c1"))
+    double.put(one_gpu_claim("c1"))
     double.put(dra_pod("p1", ("gpu", "c1")))
     double.fail("PUT", r"/resourceclaims/c1$", 409)
     start()
@@ -123,7 +116,7 @@ def test_a_claim_deleted_while_its_pod_runs_goes_once_released(
     tmp_path: Path,
 ) -> None:
     scene(double)
-    double.put(one_gpu("c1"))
+    double.put(one_gpu_claim("c1"))
     double.put(dra_pod("p1", ("gpu", "c1")))
     start()
     wait_until(lambda: double.bound() == {"p1": "n1"})
@@ -144,7 +137,7 @@ def test_a_pod_whose_claim_is_being_deleted_waits_and_says_so(
     start: Start,  # noqa: F811
 ) -> None:
     scene(double)
-    dying = one_gpu("c1", finalizers=["example.com/keep"])
+    dying = one_gpu_claim("c1", finalizers=["example.com/keep"])
     dying["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     double.put(dying)
     double.put(dra_pod("p1", ("gpu", "c1")))
@@ -167,7 +160,7 @@ def test_the_double_keeps_finalizers_as_the_api_server_does(
 ) -> None:
     """What kgpu relies on: an update from a stale version conflicts; no finalizer may be
     added to a claim being deleted; it goes when its last finalizer is removed."""
-    double.put(one_gpu("c1", finalizers=["example.com/keep"]))
+    double.put(one_gpu_claim("c1", finalizers=["example.com/keep"]))
     client = client_of(double, tmp_path)
     try:
         first = client.get(RESOURCE_CLAIMS, "c1", NS)
@@ -194,7 +187,7 @@ def test_a_failed_binding_takes_the_finalizer_off_with_the_allocation(
     start: Start,  # noqa: F811
 ) -> None:
     scene(double)
-    double.put(one_gpu("c1"))
+    double.put(one_gpu_claim("c1"))
     double.put(dra_pod("p1", ("gpu", "c1")))
     double.fail("POST", r"/pods/p1/binding$", 500)
     start()

@@ -4,31 +4,18 @@ is in the cache), so the keeper does not wait out the creation timeout."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from kgpu.kube.api.client import KubeClient, Timeouts
+from kgpu.kube.api.client import KubeClient
 from kgpu.kube.live.gpu_reservations import ReservationKeeper
 from kgpu.kube.objects.reservation_pod import ReservationConfig
 from kgpu.kube.snapshot.cache_snapshot import CacheSnapshot
 from kgpu.kube.snapshot.reservations import Reservation
 from kgpu.state.cluster import ClusterState
 from tests.kube_double import KubeDouble
+from tests.test_kube_unseen_holders import api  # noqa: F401  (fixture)
 
 NS = ReservationConfig().namespace
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[KubeDouble, KubeClient]]:
-    with KubeDouble() as double:
-        c = KubeClient.from_kubeconfig(
-            double.kubeconfig(tmp_path), timeouts=Timeouts(connect=1, request=0.5)
-        )
-        yield double, c
-        c.close()
 
 
 def reservation_pods(double: KubeDouble) -> list[dict[str, Any]]:
@@ -49,7 +36,7 @@ def seen(obj: dict[str, Any], phase: str) -> Reservation:
 
 
 def test_a_reservation_failed_before_a_session_saw_it_run_is_replaced_at_once(
-    api: tuple[KubeDouble, KubeClient],
+    api: tuple[KubeDouble, KubeClient],  # noqa: F811
 ) -> None:
     double, client = api
     keeper = ReservationKeeper(client, ReservationConfig(), lambda f: f(), lambda: True)

@@ -31,6 +31,18 @@ def api(tmp_path: Path) -> Iterator[tuple[KubeDouble, KubeClient]]:
         c.close()
 
 
+@pytest.fixture
+def scene(api: tuple[KubeDouble, KubeClient]) -> Iterator[tuple[KubeDouble, AllocationCorrector]]:
+    """The corrector as ``kgpu run`` makes it, its events sent to the double."""
+    double, client = api
+    recorder = EventRecorder(client, workers=1).start()
+    yield (
+        double,
+        AllocationCorrector(client, recorder, SchedulerMetrics(), lambda f: f(), lambda: True),
+    )
+    recorder.stop()
+
+
 def conflicts(double: KubeDouble) -> list[str]:
     return [e["message"] for e in double.objects("events") if e["reason"] == CONFLICT]
 
@@ -45,13 +57,9 @@ def snapshot(unseen: set[str]) -> CacheSnapshot:
 
 
 def test_a_conflict_beside_an_unseen_pod_waits_its_grace_then_is_reported(
-    api: tuple[KubeDouble, KubeClient],
+    scene: tuple[KubeDouble, AllocationCorrector],
 ) -> None:
-    double, client = api
-    recorder = EventRecorder(client, workers=1).start()
-    corrector = AllocationCorrector(
-        client, recorder, SchedulerMetrics(), lambda f: f(), lambda: True
-    )
+    double, corrector = scene
     corrector.act(snapshot({"n1"}), clock=100.0)
     corrector.act(snapshot({"n1"}), clock=100.0 + UNSEEN_GRACE_S / 2)
     assert not corrector.due(100.0 + UNSEEN_GRACE_S / 2)
@@ -62,33 +70,24 @@ def test_a_conflict_beside_an_unseen_pod_waits_its_grace_then_is_reported(
     assert not corrector.due(1000.0)  # reported: nothing held any more
     corrector.act(snapshot({"n1"}), clock=200.0)  # the same conflict, still beside it
     assert not corrector.due(1000.0)  # already reported: not held again
-    recorder.stop()
 
 
 def test_a_conflict_with_every_holder_seen_is_reported_at_once(
-    api: tuple[KubeDouble, KubeClient],
+    scene: tuple[KubeDouble, AllocationCorrector],
 ) -> None:
-    double, client = api
-    recorder = EventRecorder(client, workers=1).start()
-    corrector = AllocationCorrector(
-        client, recorder, SchedulerMetrics(), lambda f: f(), lambda: True
-    )
+    double, corrector = scene
     corrector.act(snapshot(set()), clock=100.0)
     wait_until(lambda: len(conflicts(double)) == 1)
-    recorder.stop()
 
 
-def test_a_held_conflict_that_goes_is_never_reported(api: tuple[KubeDouble, KubeClient]) -> None:
-    double, client = api
-    recorder = EventRecorder(client, workers=1).start()
-    corrector = AllocationCorrector(
-        client, recorder, SchedulerMetrics(), lambda f: f(), lambda: True
-    )
+def test_a_held_conflict_that_goes_is_never_reported(
+    scene: tuple[KubeDouble, AllocationCorrector],
+) -> None:
+    double, corrector = scene
     corrector.act(snapshot({"n1"}), clock=100.0)
     resolved = CacheSnapshot(ClusterState([]))  # the pod came into the cache: a correction
     corrector.act(resolved, clock=101.0)
     assert not corrector.due(100.0 + 2 * UNSEEN_GRACE_S)
-    recorder.emit(pod_obj("marker"), "Normal", "Marker", "flushed")
+    corrector.recorder.emit(pod_obj("marker"), "Normal", "Marker", "flushed")
     wait_until(lambda: any(e["reason"] == "Marker" for e in double.objects("events")))
     assert conflicts(double) == []
-    recorder.stop()

@@ -58,6 +58,22 @@ def _position(tasks: list[Task], task: Task) -> int:
     return tasks.index(task)  # an equal task that is not the same object, if ever
 
 
+def _vector(
+    pod: PodSpec, card: str | None, milli: int, claims: tuple[int, Vector] | None
+) -> Vector:
+    """The vector of ``pod`` (GPU ``milli`` besides its claims) as ``card``; its DRA claims,
+    when it has some, count ``claims``: milli-GPU in ``gpu``, milli-cards by the card of
+    their devices beside the card the pod names."""
+    if claims is not None:
+        milli += claims[0]
+    vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
+    if card is not None:
+        vec[card] = _card_units(card, pod.gpu, milli)
+    if claims is not None:
+        add(vec, claims[1])
+    return vec
+
+
 def _card_units(card: str, gpu: GpuRequest, milli: int) -> int:
     """Milli-cards a pod counts as ``card``, given the milli-GPU it counts: a whole card
     counts the GPU share, which for a memory-only request is ``milli`` (``card_units``
@@ -316,15 +332,8 @@ class Session:
         and reclaim count (a GPU share that depends on the node as its largest, see
         :mod:`kgpu.framework.charges`)."""
         pod = task.pod
-        if self.dra is not None and self.dra.has(pod.key):
-            return self._with_claims(
-                pod, card, self.charges.asked(pod.gpu), self.dra.count(pod.key)
-            )
-        milli = self.charges.asked(pod.gpu)
-        vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
-        if card is not None:
-            vec[card] = _card_units(card, pod.gpu, milli)
-        return vec
+        claims = self._claims_now(pod) if self.dra is not None else None
+        return _vector(pod, card, self.charges.asked(pod.gpu), claims)
 
     def vector_on(
         self, task: Task, card: str | None, allocations: Mapping[str, ClaimAllocation]
@@ -334,32 +343,18 @@ class Session:
         pod = task.pod
         assert self.dra is not None, "only a session with DRA claims counts them on a node"
         counted = self.dra.count_on(pod.key, allocations)
-        return self._with_claims(pod, card, self.charges.asked(pod.gpu), counted)
+        return _vector(pod, card, self.charges.asked(pod.gpu), counted)
 
     def charge(self, task: Task, alloc: Allocation, card: str | None) -> Vector:
         """What ``task`` holds of its queue's account while it holds ``alloc`` as ``card``."""
         pod = task.pod
-        if self.dra is not None and self.dra.has(pod.key):
-            return self._with_claims(pod, card, self.charges.held(alloc), self.dra.count(pod.key))
-        milli = self.charges.held(alloc)
-        vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
-        if card is not None:
-            vec[card] = _card_units(card, pod.gpu, milli)
-        return vec
+        claims = self._claims_now(pod) if self.dra is not None else None
+        return _vector(pod, card, self.charges.held(alloc), claims)
 
-    @staticmethod
-    def _with_claims(
-        pod: PodSpec, card: str | None, milli: int, claims: tuple[int, Vector]
-    ) -> Vector:
-        """The vector of ``pod`` (GPU ``milli`` besides its claims) as ``card``, its DRA
-        claims counting ``claims``: milli-GPU in ``gpu``, milli-cards by the card of their
-        devices beside the card the pod names."""
-        milli += claims[0]
-        vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
-        if card is not None:
-            vec[card] = _card_units(card, pod.gpu, milli)
-        add(vec, claims[1])
-        return vec
+    def _claims_now(self, pod: PodSpec) -> tuple[int, Vector] | None:
+        """What the pod's DRA claims count now (milli-GPU, milli-cards); None: it has none."""
+        dra = self.dra
+        return dra.count(pod.key) if dra is not None and dra.has(pod.key) else None
 
     def _asked_milli(self, pod: PodSpec) -> int:
         """The milli-GPU pending ``pod`` counts: its GPU request's, and its DRA claims'."""
