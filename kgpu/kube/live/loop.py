@@ -69,6 +69,7 @@ from kgpu.kube.live.liveness import Liveness
 from kgpu.kube.live.metrics import SchedulerMetrics
 from kgpu.kube.live.status_writer import StatusWriter
 from kgpu.kube.live.waiting import WaitingBook, WaitTimes
+from kgpu.kube.objects.device_allocation import ALLOCATION_ANNOTATION
 from kgpu.kube.objects.gpu_env import asks_device_plugin
 from kgpu.kube.objects.record_signature import RecordKey
 from kgpu.kube.objects.reservation_pod import ReservationConfig, is_reservation
@@ -276,8 +277,11 @@ class SchedulerLoop:
             self._cluster_changed()  # room was freed
         elif scheduler == self.config.scheduler_name and node:
             self._bound_changed = True
-            if self._keeper is not None and not asks_device_plugin(obj):
-                self._wake.set()  # a share bound: its GPU needs a reservation
+            if self._keeper is not None and _holds_devices(obj) and not asks_device_plugin(obj):
+                # A share bound: its GPU needs a reservation. Not any pod bound without the
+                # device plugin: a session for each CPU-only pod bound (half the pods of
+                # bench/e2e_vs_kube_scheduler.py) rebuilt the snapshot for nothing.
+                self._wake.set()
         elif scheduler == self.config.scheduler_name and not node:
             # A new pod, or one that changed; not one whose bind is in flight (a session
             # for each of those would redo the snapshot for nothing).
@@ -529,3 +533,10 @@ class SchedulerLoop:
             self._scheduler = build_scheduler(self.profile, PluginContext(typical_pods=typical))
             self._typical = typical
         return self._scheduler
+
+
+def _holds_devices(obj: Mapping[str, Any]) -> bool:
+    """Whether a bound pod of ours carries the record of devices its Binding wrote (every
+    bind of a pod that holds GPUs, MIG, RDMA or FPGA devices writes one)."""
+    notes = meta(obj).get("annotations")
+    return isinstance(notes, Mapping) and ALLOCATION_ANNOTATION in notes
