@@ -289,8 +289,8 @@ THREADS = (
     ("informer-pods", "pod watch: decoding, cache, wake-ups"),
     ("informer", "other watches"),
     ("loop", "sessions"),
-    ("binder", "binds"),
-    ("events", "Scheduled events"),
+    ("kube-calls", "API calls: binds (read, Binding), events"),
+    ("binder", "pool: DRA claims, evictions, status"),
 )
 # What a function's own time is, by its file.
 LAYERS = (

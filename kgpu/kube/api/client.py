@@ -22,9 +22,12 @@ caller, who knows whether a retry is safe, decides.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -35,7 +38,8 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
 from kgpu.kube.api import json_codec
-from kgpu.kube.api.curl_calls import CurlCalls, usable_for
+from kgpu.kube.api.curl_calls import CurlCalls, CurlSettings, header_lines, usable_for
+from kgpu.kube.api.curl_pump import CurlPump
 from kgpu.kube.api.errors import (
     CALL_ERRORS,
     BadConfig,
@@ -49,6 +53,10 @@ from kgpu.kube.api.resource_types import PODS, Resource
 from kgpu.kube.api.watch_stream import Watch
 
 Body = Mapping[str, Any] | Sequence[Mapping[str, Any]]
+# What a call started by :meth:`KubeClient.request_async` hands its ``then``: the decoded
+# answer, or the error the call ended with.
+Answer = dict[str, Any] | KubeError
+Then = Callable[[Answer], None]
 MERGE_PATCH = "application/merge-patch+json"
 
 # What the dry-run Bindings that learn whether the server checks a Binding's preconditions
@@ -57,6 +65,8 @@ MERGE_PATCH = "application/merge-patch+json"
 _IMPOSSIBLE_UID = "00000000-0000-0000-0000-000000000000"
 _IMPOSSIBLE_VERSION = "1"
 _PROBE_NODE = "kgpu-precondition-probe"
+
+log = logging.getLogger(__name__)
 
 _CREDENTIALS_TTL_S = 1.0  # see KubeClient._credentials
 
@@ -112,7 +122,8 @@ class KubeClient:
     ) -> None:
         self.timeouts = timeouts or Timeouts()
         # Retries are the caller's decision (a retried POST could bind twice); and a pool as
-        # wide as the binders, or connections are opened and dropped for every call.
+        # wide as the calls in flight, or connections are opened and dropped for every call
+        # (libcurl's calls keep to it too).
         configuration.retries = urllib3.util.Retry(total=False)
         configuration.connection_pool_maxsize = pool_size
         self._api = ApiClient(configuration)
@@ -123,8 +134,18 @@ class KubeClient:
         self._auth: tuple[float, dict[str, str]] = (-_CREDENTIALS_TTL_S, {})
         self._binding_preconditions: bool | None = None  # see binding_checks_preconditions
         # Every call but watches through libcurl, where it carries the settings over: a
-        # third of the CPU a call (kgpu.kube.api.curl_calls).
-        self._curl = CurlCalls(configuration, user_agent) if usable_for(configuration) else None
+        # third of the CPU a call (kgpu.kube.api.curl_calls); the calls that must not hold
+        # up their caller (binds, events) many at once from one thread
+        # (kgpu.kube.api.curl_pump), or else from a pool of threads.
+        self._curl: CurlCalls | None = None
+        self._pump: CurlPump | None = None
+        if usable_for(configuration):
+            settings = CurlSettings.of(configuration, user_agent)
+            self._curl = CurlCalls(settings)
+            self._pump = CurlPump(settings, connections=pool_size)
+        self._pool_size = pool_size
+        self._threads: ThreadPoolExecutor | None = None
+        self._threads_lock = threading.Lock()
 
     @classmethod
     def from_kubeconfig(
@@ -138,6 +159,10 @@ class KubeClient:
         return self._host
 
     def close(self) -> None:
+        if self._pump is not None:
+            self._pump.close()
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
         if self._curl is not None:
             self._curl.close()
         self._api.close()  # type: ignore[no-untyped-call]
@@ -229,21 +254,93 @@ class KubeClient:
         try:
             if self._curl is not None and not long_answer:
                 url, headers, payload = self._prepare(path, query, body, content_type)
-                status, raw = self._curl.call(method, url, headers, payload, bound)
+                status, raw = self._curl.call(method, url, header_lines(headers), payload, bound)
             else:
                 response = self._send(method, path, query, body, content_type, bound)
                 status, raw = response.status, response.data
         except CALL_ERRORS as exc:
             raise from_exception(exc, what) from exc
-        if not 200 <= status < 300:
-            raise from_status(status, raw, what)
-        if not read_answer:
-            return {}
+        return _decoded(what, status, raw, read_answer)
+
+    def request_async(
+        self,
+        method: str,
+        path: str,
+        then: Then,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Body | None = None,
+        content_type: str = "application/json",
+        read_answer: bool = True,
+    ) -> None:
+        """One call, started and not waited for: ``then`` gets what :meth:`request` would
+        return, or the :class:`KubeError` it would raise, on the calls' own thread
+        (kgpu.kube.api.curl_pump), where it must not block; without libcurl, on a thread
+        of a pool as wide as the client's connection pool."""
+        pump = self._pump
+        if pump is None:
+            self._call_threads().submit(
+                self._request_then, method, path, then, query, body, content_type, read_answer
+            )
+            return
+        what = f"{method} {path}"
+        bound = (self.timeouts.connect, self.timeouts.request)
+        url, headers, payload = self._prepare(path, query, body, content_type)
+
+        def done(status: int, raw: bytes, error: Exception | None) -> None:
+            answer: Answer
+            try:
+                if error is not None:
+                    raise from_exception(error, what) from error
+                answer = _decoded(what, status, raw, read_answer)
+            except KubeError as exc:
+                answer = exc
+            then(answer)
+
+        pump.call(method, url, header_lines(headers), payload, bound, done)
+
+    def later(self, delay: float, function: Callable[[], None]) -> None:
+        """Run ``function`` after ``delay`` seconds where :meth:`request_async`'s ``then``
+        run (a retry after a back-off)."""
+        if self._pump is not None:
+            self._pump.later(delay, function)
+        else:
+            timer = threading.Timer(delay, function)
+            timer.daemon = True
+            timer.start()
+
+    def _request_then(
+        self,
+        method: str,
+        path: str,
+        then: Then,
+        query: Sequence[tuple[str, str]],
+        body: Body | None,
+        content_type: str,
+        read_answer: bool,
+    ) -> None:
+        answer: Answer
         try:
-            data = json_codec.loads(raw) if raw else {}
-        except ValueError as exc:
-            raise Unavailable(f"{what}: the answer is not JSON: {raw[:200]!r}") from exc
-        return data if isinstance(data, dict) else {"value": data}
+            answer = self.request(
+                method,
+                path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                read_answer=read_answer,
+            )
+        except KubeError as exc:
+            answer = exc
+        try:
+            then(answer)
+        except Exception:  # as the call thread does: said, and the pool goes on
+            log.exception("%s %s: handling the answer failed", method, path)
+
+    def _call_threads(self) -> ThreadPoolExecutor:
+        with self._threads_lock:
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(self._pool_size, thread_name_prefix="kube-calls")
+            return self._threads
 
     # ------------------------------------------------------------------ objects
 
@@ -324,6 +421,19 @@ class KubeClient:
         """The object as created ({} with ``read_answer`` False: see :meth:`request`)."""
         return self.request("POST", resource.path(namespace), body=obj, read_answer=read_answer)
 
+    def create_async(
+        self,
+        resource: Resource,
+        obj: Mapping[str, Any],
+        namespace: str | None,
+        then: Then,
+        *,
+        read_answer: bool = True,
+    ) -> None:
+        """:meth:`create`, started and not waited for (see :meth:`request_async`)."""
+        path = resource.path(namespace)
+        self.request_async("POST", path, then, body=obj, read_answer=read_answer)
+
     def replace(
         self, resource: Resource, name: str, obj: Mapping[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
@@ -364,22 +474,35 @@ class KubeClient:
         ``uid`` and ``resource_version`` are preconditions (409 when they do not match the
         pod) only where the server checks them, which v1.20 does not: see
         :meth:`binding_checks_preconditions`. ``dry_run`` validates without binding."""
-        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-        if uid:
-            metadata["uid"] = uid
-        if resource_version:
-            metadata["resourceVersion"] = resource_version
-        if annotations:
-            metadata["annotations"] = dict(annotations)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": metadata,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        query = [("dryRun", "All")] if dry_run else []
-        path = PODS.path(namespace, name, "binding")
+        path, query, body = _binding(
+            namespace, name, node, uid, resource_version, annotations, dry_run
+        )
         self.request("POST", path, query=query, body=body, read_answer=False)
+
+    def bind_async(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        then: Then,
+        *,
+        uid: str = "",
+        resource_version: str = "",
+        annotations: Mapping[str, str] | None = None,
+        dry_run: bool = False,
+    ) -> None:
+        """:meth:`bind`, started and not waited for (see :meth:`request_async`)."""
+        path, query, body = _binding(
+            namespace, name, node, uid, resource_version, annotations, dry_run
+        )
+        self.request_async("POST", path, then, query=query, body=body, read_answer=False)
+
+    @property
+    def binding_preconditions(self) -> bool | None:
+        """Whether this API server checks a Binding's preconditions, once learned by
+        :meth:`binding_checks_preconditions` or :meth:`learn_binding_preconditions`;
+        None while not known."""
+        return self._binding_preconditions
 
     def binding_checks_preconditions(
         self, namespace: str, name: str, uid: str, resource_version: str
@@ -394,29 +517,101 @@ class KubeClient:
         both refused with "Precondition failed" means the server checks them; one accepted
         means it does not. Dry runs store nothing. Any other answer (the pod gone or bound
         meanwhile, a failed call) teaches nothing: False for now, and the next bind asks
-        again. The answers are kept across threads without a lock: two binders learning it
-        at once just ask twice."""
+        again. The answer is kept across threads without a lock: two binds learning it at
+        once just ask twice. Waits for the answer of :meth:`learn_binding_preconditions`,
+        whose dry runs go through the call thread."""
+        answers: list[bool] = []
+        learned = threading.Event()
+
+        def then(checks: bool) -> None:
+            answers.append(checks)
+            learned.set()
+
+        self.learn_binding_preconditions(namespace, name, uid, resource_version, then)
+        learned.wait()  # every call ends in an answer or an error, within its time bound
+        return answers[0]
+
+    def learn_binding_preconditions(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        resource_version: str,
+        then: Callable[[bool], None],
+    ) -> None:
+        """:meth:`binding_checks_preconditions`, its dry runs started and not waited for:
+        ``then`` gets the answer where :meth:`request_async`'s do (at once if known)."""
         known = self._binding_preconditions
         if known is not None:
-            return known
+            then(known)
+            return
+        # Each dry run with one precondition no pod can meet.
         wrong = [(_IMPOSSIBLE_UID, resource_version), (uid, _IMPOSSIBLE_VERSION)]
-        for probe_uid, probe_version in wrong:
-            try:
-                self.bind(
-                    namespace,
-                    name,
-                    _PROBE_NODE,
-                    uid=probe_uid,
-                    resource_version=probe_version,
-                    dry_run=True,
-                )
-            except Conflict as exc:
-                if "precondition failed" not in str(exc).lower():
-                    return False
-                continue
-            except KubeError:
-                return False
-            self._binding_preconditions = False
-            return False
-        self._binding_preconditions = True
-        return True
+
+        def ask(step: int) -> None:
+            probe_uid, probe_version = wrong[step]
+            self.bind_async(
+                namespace,
+                name,
+                _PROBE_NODE,
+                lambda answer: answered(step, answer),
+                uid=probe_uid,
+                resource_version=probe_version,
+                dry_run=True,
+            )
+
+        def answered(step: int, answer: Answer) -> None:
+            if not isinstance(answer, KubeError):  # accepted: no check
+                self._binding_preconditions = False
+                then(False)
+            elif not (
+                isinstance(answer, Conflict) and "precondition failed" in str(answer).lower()
+            ):
+                then(False)  # refused for something else: nothing learned, asked again
+            elif step + 1 < len(wrong):
+                ask(step + 1)
+            else:
+                self._binding_preconditions = True
+                then(True)
+
+        ask(0)
+
+
+def _decoded(what: str, status: int, raw: bytes, read_answer: bool) -> dict[str, Any]:
+    """The answer's JSON, or the :class:`KubeError` its status means (raised)."""
+    if not 200 <= status < 300:
+        raise from_status(status, raw, what)
+    if not read_answer:
+        return {}
+    try:
+        data = json_codec.loads(raw) if raw else {}
+    except ValueError as exc:
+        raise Unavailable(f"{what}: the answer is not JSON: {raw[:200]!r}") from exc
+    return data if isinstance(data, dict) else {"value": data}
+
+
+def _binding(
+    namespace: str,
+    name: str,
+    node: str,
+    uid: str,
+    resource_version: str,
+    annotations: Mapping[str, str] | None,
+    dry_run: bool,
+) -> tuple[str, list[tuple[str, str]], dict[str, Any]]:
+    """The path, query and body of a pod's Binding (:meth:`KubeClient.bind`)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if uid:
+        metadata["uid"] = uid
+    if resource_version:
+        metadata["resourceVersion"] = resource_version
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": metadata,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    query = [("dryRun", "All")] if dry_run else []
+    return PODS.path(namespace, name, "binding"), query, body

@@ -5,7 +5,9 @@ pod, and through urllib3 and ``http.client`` each cost about 0.4-0.5 ms of this 
 CPU in pure Python (building the request, parsing the answer's headers with the ``email``
 package), most of a bound pod's cost. libcurl does the same in C, with the GIL released
 while it waits: about a third of the CPU a call (``bench/e2e_vs_kube_scheduler.py``,
-docs/BENCHMARKS.md).
+docs/BENCHMARKS.md). Calls that must not wait on the caller's thread (binds, events) go
+through one thread's multi interface instead (:mod:`kgpu.kube.api.curl_pump`), with the
+same settings, set by :func:`configure` and :func:`set_request` here.
 
 HTTP/1.1 with keep-alive, not HTTP/2: each thread has a connection of its own, so HTTP/2's
 multiplexing would buy nothing, and its framing costs both ends CPU (kgpu and the API
@@ -27,7 +29,8 @@ a long answer: lists, which stay on urllib3 (:meth:`KubeClient.list`). libcurl's
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import certifi
 import pycurl
@@ -44,15 +47,80 @@ def usable_for(configuration: Configuration) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CurlSettings:
+    """What every call's handle is set up with, from the client's configuration."""
+
+    user_agent: str
+    verify: bool
+    ca: str
+    cert: str | None
+    key: str | None
+
+    @classmethod
+    def of(cls, configuration: Configuration, user_agent: str) -> CurlSettings:
+        return cls(
+            user_agent,
+            bool(configuration.verify_ssl),
+            configuration.ssl_ca_cert or certifi.where(),
+            configuration.cert_file,
+            configuration.key_file,
+        )
+
+
+def configure(handle: pycurl.Curl, settings: CurlSettings) -> None:
+    """Set what stays the same from call to call, once per handle: a handle keeps its
+    options, so a call sets only its own (:func:`set_request`), about a fifth of the CPU
+    of resetting and setting them all each time."""
+    handle.setopt(pycurl.USERAGENT, settings.user_agent)
+    handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+    handle.setopt(pycurl.NOSIGNAL, 1)  # threads: no SIGALRM for timeouts
+    handle.setopt(pycurl.FOLLOWLOCATION, 0)
+    handle.setopt(pycurl.CAINFO, settings.ca)
+    handle.setopt(pycurl.SSL_VERIFYPEER, 1 if settings.verify else 0)
+    handle.setopt(pycurl.SSL_VERIFYHOST, 2 if settings.verify else 0)
+    if settings.cert:
+        handle.setopt(pycurl.SSLCERT, settings.cert)
+    if settings.key:
+        handle.setopt(pycurl.SSLKEY, settings.key)
+
+
+def header_lines(headers: dict[str, str]) -> list[str]:
+    # "Expect:" off: libcurl would otherwise wait for a 100 Continue before a body.
+    return [f"{k}: {v}" for k, v in headers.items()] + ["Expect:"]
+
+
+def set_request(
+    handle: pycurl.Curl,
+    method: str,
+    url: str,
+    headers: Sequence[str],
+    payload: bytes | None,
+    timeout: tuple[float, float],
+    write: Callable[[bytes], object],
+) -> None:
+    """Set one call's own options on a :func:`configure`\\ d handle, every one of them, so
+    nothing of the handle's previous call is left: GET sets HTTPGET (no body, the method
+    back to GET); a body is sent as POSTFIELDS under the call's own method."""
+    if method == "HEAD":
+        raise ValueError("HEAD is not sent through libcurl here (it would wait for a body)")
+    handle.setopt(pycurl.URL, url)
+    handle.setopt(pycurl.HTTPHEADER, list(headers))
+    if payload is None:
+        handle.setopt(pycurl.HTTPGET, 1)
+    else:
+        handle.setopt(pycurl.POSTFIELDS, payload)
+    handle.setopt(pycurl.CUSTOMREQUEST, method)
+    handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(timeout[0] * 1000))
+    handle.setopt(pycurl.TIMEOUT_MS, int((timeout[0] + timeout[1]) * 1000))
+    handle.setopt(pycurl.WRITEFUNCTION, write)
+
+
 class CurlCalls:
     """Thread-safe: one handle (and connection) per calling thread."""
 
-    def __init__(self, configuration: Configuration, user_agent: str) -> None:
-        self._user_agent = user_agent
-        self._verify = bool(configuration.verify_ssl)
-        self._ca = configuration.ssl_ca_cert or certifi.where()
-        self._cert = configuration.cert_file
-        self._key = configuration.key_file
+    def __init__(self, settings: CurlSettings) -> None:
+        self._settings = settings
         self._local = threading.local()
         self._lock = threading.Lock()
         self._handles: list[pycurl.Curl] = []
@@ -61,6 +129,7 @@ class CurlCalls:
         handle: pycurl.Curl | None = getattr(self._local, "handle", None)
         if handle is None:
             handle = pycurl.Curl()
+            configure(handle, self._settings)
             self._local.handle = handle
             with self._lock:
                 self._handles.append(handle)
@@ -70,40 +139,14 @@ class CurlCalls:
         self,
         method: str,
         url: str,
-        headers: Mapping[str, str],
+        headers: Sequence[str],
         payload: bytes | None,
         timeout: tuple[float, float],
     ) -> tuple[int, bytes]:
         """Send one request; the status and the body of the answer."""
         handle = self._handle()
-        handle.reset()  # the previous call's method, body and headers (the connection stays)
-        handle.setopt(pycurl.URL, url)
-        handle.setopt(pycurl.USERAGENT, self._user_agent)
-        # "Expect:" off: libcurl would otherwise wait for a 100 Continue before a body.
-        lines = [f"{k}: {v}" for k, v in headers.items()] + ["Expect:"]
-        handle.setopt(pycurl.HTTPHEADER, lines)
-        if method == "GET":
-            pass
-        elif method == "HEAD":
-            handle.setopt(pycurl.NOBODY, 1)
-        else:
-            handle.setopt(pycurl.CUSTOMREQUEST, method)
-            if payload is not None:
-                handle.setopt(pycurl.POSTFIELDS, payload)
-        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        handle.setopt(pycurl.NOSIGNAL, 1)  # threads: no SIGALRM for timeouts
-        handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(timeout[0] * 1000))
-        handle.setopt(pycurl.TIMEOUT_MS, int((timeout[0] + timeout[1]) * 1000))
-        handle.setopt(pycurl.FOLLOWLOCATION, 0)
-        handle.setopt(pycurl.CAINFO, self._ca)
-        handle.setopt(pycurl.SSL_VERIFYPEER, 1 if self._verify else 0)
-        handle.setopt(pycurl.SSL_VERIFYHOST, 2 if self._verify else 0)
-        if self._cert:
-            handle.setopt(pycurl.SSLCERT, self._cert)
-        if self._key:
-            handle.setopt(pycurl.SSLKEY, self._key)
         chunks: list[bytes] = []
-        handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+        set_request(handle, method, url, headers, payload, timeout, chunks.append)
         handle.perform()  # releases the GIL while it waits
         return int(handle.getinfo(pycurl.RESPONSE_CODE)), b"".join(chunks)
 

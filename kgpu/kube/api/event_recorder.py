@@ -2,15 +2,16 @@
 
 Events are core/v1 Events (what ``kubectl describe`` and ``kubectl get events`` show, and
 what client-go's recorder writes). Scheduling must not wait on them: ``emit`` puts the
-event on a bounded queue and returns; worker threads create them, retrying a temporary
-failure a few times. When the queue is full the event is dropped and counted, as
-client-go's broadcaster does, rather than slowing binding down.
+event on a bounded queue and returns; up to ``workers`` are being created at once, their
+calls carried by the client's call thread (:meth:`KubeClient.request_async`), each retried
+a few times after a temporary failure. When the queue is full the event is dropped and
+counted, as client-go's broadcaster does, rather than slowing binding down. A few in
+flight, behind the binds' many: the API server's CPU goes to binds first.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Mapping
@@ -18,8 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kgpu.kube.api.backoff import Backoff
-from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.client import Answer, KubeClient
 from kgpu.kube.api.errors import Conflict, KubeError, TemporaryError
+from kgpu.kube.api.in_flight import InFlight
 from kgpu.kube.api.printable import printable
 from kgpu.kube.api.resource_types import EVENTS, meta
 
@@ -87,74 +89,69 @@ class EventRecorder:
         self.client = client
         self.component = component
         self.instance = instance
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(capacity)
-        self._threads = [
-            threading.Thread(target=self._work, name=f"events-{i}", daemon=True)
-            for i in range(workers)
-        ]
+        # Events being created at once; those waiting, up to ``capacity``.
+        self._flight: InFlight[dict[str, Any]] = InFlight(
+            workers, self._first, capacity=capacity, paused=True
+        )
+        self._count_lock = threading.Lock()
         self.sent = 0
         self.dropped = 0
         self.failed = 0
-        self._count_lock = threading.Lock()
 
     def start(self) -> EventRecorder:
-        for thread in self._threads:
-            thread.start()
+        self._flight.resume()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Send what is queued (for up to ``timeout`` seconds), then stop the workers."""
-        for _ in self._threads:
-            try:
-                self._queue.put(None, timeout=timeout)
-            except queue.Full:
-                break
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        """Send what is queued (for up to ``timeout`` seconds), then send no more."""
+        self._flight.wait(timeout)
+        self._flight.pause()
 
     @property
     def queued(self) -> int:
-        """Events emitted and not yet taken by a worker (benchmarks report the backlog)."""
-        return self._queue.qsize()
+        """Events emitted and not yet being sent (benchmarks report the backlog)."""
+        return self._flight.queued
 
     def emit(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         body = event_body(obj, type_, reason, message, self.component, self.instance)
-        try:
-            self._queue.put_nowait(body)
-        except queue.Full:
+        if not self._flight.add(body):
             with self._count_lock:
                 self.dropped += 1
 
-    def _work(self) -> None:
-        while True:
-            body = self._queue.get()
-            if body is None:
-                return
-            self._send(body)
+    def _first(self, body: dict[str, Any]) -> None:
+        self._send(body, 0, None)
 
-    def _send(self, body: dict[str, Any]) -> None:
-        # Made at the first retry: a Backoff seeds a random generator from the system's
-        # entropy, which cost about a tenth of an event's CPU when made for every event.
-        backoff: Backoff | None = None
+    def _send(self, body: dict[str, Any], attempt: int, backoff: Backoff | None) -> None:
         namespace = body["metadata"]["namespace"]
-        for attempt in range(_ATTEMPTS):
-            try:
-                self.client.create(EVENTS, body, namespace, read_answer=False)
-            except Conflict:
-                body["metadata"]["name"] += "0"  # the same name twice in a nanosecond
-            except TemporaryError as exc:
-                if attempt + 1 < _ATTEMPTS:
-                    backoff = backoff or Backoff(initial=0.2, maximum=2.0)
-                    time.sleep(backoff.next())
-                    continue
-                log.warning("event %s not sent: %s", body["reason"], exc)
-            except KubeError as exc:
-                log.warning("event %s not sent: %s", body["reason"], exc)
-                break
-            else:
-                with self._count_lock:
-                    self.sent += 1
-                return
+
+        def then(answer: Answer) -> None:
+            self._answered(body, attempt, backoff, answer)
+
+        self.client.create_async(EVENTS, body, namespace, then, read_answer=False)
+
+    def _answered(
+        self, body: dict[str, Any], attempt: int, backoff: Backoff | None, answer: Answer
+    ) -> None:
+        again = attempt + 1 < _ATTEMPTS
+        if not isinstance(answer, KubeError):
+            self._done(sent=True)
+        elif isinstance(answer, Conflict) and again:
+            body["metadata"]["name"] += "0"  # the same name twice in a nanosecond
+            self._send(body, attempt + 1, backoff)
+        elif isinstance(answer, TemporaryError) and not isinstance(answer, Conflict) and again:
+            # Made at the first retry: a Backoff seeds a random generator from the system's
+            # entropy, which cost about a tenth of an event's CPU when made for every event.
+            backoff = backoff or Backoff(initial=0.2, maximum=2.0)
+            self.client.later(backoff.next(), lambda: self._send(body, attempt + 1, backoff))
+        else:
+            if not isinstance(answer, Conflict):
+                log.warning("event %s not sent: %s", body["reason"], answer)
+            self._done(sent=False)
+
+    def _done(self, *, sent: bool) -> None:
         with self._count_lock:
-            self.failed += 1
+            if sent:
+                self.sent += 1
+            else:
+                self.failed += 1
+        self._flight.finished()

@@ -41,12 +41,12 @@ UNCERTAIN   the Binding call timed out or lost its  kept until the cache shows t
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kgpu.kube.api.client import KubeClient
+from kgpu.kube.api.client import Answer, KubeClient
 from kgpu.kube.api.errors import KubeError, NotFound, Timeout, Unavailable
 from kgpu.kube.api.resource_types import PODS, meta, resource_version, uid
 
@@ -67,52 +67,58 @@ class BindOutcome:
 
 
 def bind_pod(
-    client: KubeClient, pod: Mapping[str, Any], node: str, annotations: Mapping[str, str]
-) -> BindOutcome:
-    """Bind ``pod`` (as the session saw it) to ``node``, with ``annotations``."""
+    client: KubeClient,
+    pod: Mapping[str, Any],
+    node: str,
+    annotations: Mapping[str, str],
+    then: Callable[[BindOutcome], None],
+) -> None:
+    """Bind ``pod`` (as the session saw it) to ``node``, with ``annotations``; the calls are
+    started and not waited for (:meth:`KubeClient.request_async`): ``then`` gets the
+    outcome where their answers are handled, and must not block."""
     m = meta(pod)
     namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
     pod_uid, version = uid(pod), resource_version(pod)
     started = time.perf_counter()
-    if client.binding_checks_preconditions(namespace, name, pod_uid, version):
-        started = checked = time.perf_counter()  # no check step (but the first dry runs)
-    else:
-        refused = _still_the_same(client, namespace, name, pod_uid, version)
-        if refused is not None:
-            return BindOutcome(refused[0], refused[1], time.perf_counter() - started)
-        checked = time.perf_counter()
-    try:
-        client.bind(
+
+    def send(began: float, checked: float) -> None:
+        client.bind_async(
             namespace,
             name,
             node,
+            lambda answer: then(_outcome(answer, began, checked)),
             uid=pod_uid,
             resource_version=version,
             annotations=annotations,
         )
-    except NotFound as exc:
-        return _outcome(BindResult.GONE, str(exc), started, checked)
-    except (Timeout, Unavailable) as exc:
-        if exc.status:  # the server answered (429, 5xx): it did not bind
-            return _outcome(BindResult.REJECTED, f"Binding: {exc}", started, checked)
-        return _outcome(BindResult.UNCERTAIN, f"Binding: {exc}", started, checked)
-    except KubeError as exc:
-        return _outcome(BindResult.REJECTED, f"Binding: {exc}", started, checked)
-    return _outcome(BindResult.BOUND, "", started, checked)
+
+    def read(current: Answer) -> None:
+        refused = _still_the_same(current, namespace, name, pod_uid, version)
+        if refused is not None:
+            then(BindOutcome(refused[0], refused[1], time.perf_counter() - started))
+        else:
+            send(started, time.perf_counter())
+
+    def learned(checks: bool) -> None:
+        if checks:
+            begin = time.perf_counter()  # no check step (but the first dry runs)
+            send(begin, begin)
+        else:
+            client.request_async("GET", PODS.path(namespace, name), read)
+
+    client.learn_binding_preconditions(namespace, name, pod_uid, version, learned)
 
 
 def _still_the_same(
-    client: KubeClient, namespace: str, name: str, pod_uid: str, version: str
+    current: Answer, namespace: str, name: str, pod_uid: str, version: str
 ) -> tuple[BindResult, str] | None:
-    """None if the pod under ``name`` is still the version the session saw; else the
-    outcome, and why. Stands in for the Binding's preconditions where the server ignores
-    them: the same check the server would make, a round trip earlier."""
-    try:
-        current = client.get(PODS, name, namespace)
-    except NotFound as exc:
-        return BindResult.GONE, str(exc)
-    except KubeError as exc:
-        return BindResult.REJECTED, f"reading the pod before its Binding: {exc}"
+    """None if the pod read under ``name`` (``current``) is still the version the session
+    saw; else the outcome, and why. Stands in for the Binding's preconditions where the
+    server ignores them: the same check the server would make, a round trip earlier."""
+    if isinstance(current, NotFound):
+        return BindResult.GONE, str(current)
+    if isinstance(current, KubeError):
+        return BindResult.REJECTED, f"reading the pod before its Binding: {current}"
     if uid(current) != pod_uid:
         return BindResult.GONE, (
             f"pod {namespace}/{name} was deleted and created again (uid {uid(current)}, "
@@ -126,5 +132,13 @@ def _still_the_same(
     return None
 
 
-def _outcome(result: BindResult, message: str, started: float, checked: float) -> BindOutcome:
+def _outcome(answer: Answer, started: float, checked: float) -> BindOutcome:
+    """What the Binding's answer means."""
+    result, message = BindResult.BOUND, ""
+    if isinstance(answer, NotFound):
+        result, message = BindResult.GONE, str(answer)
+    elif isinstance(answer, Timeout | Unavailable) and not answer.status:
+        result, message = BindResult.UNCERTAIN, f"Binding: {answer}"  # it may have landed
+    elif isinstance(answer, KubeError):  # the server answered (409, 429, 5xx, 4xx): not bound
+        result, message = BindResult.REJECTED, f"Binding: {answer}"
     return BindOutcome(result, message, checked - started, time.perf_counter() - checked)

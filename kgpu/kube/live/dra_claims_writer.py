@@ -7,7 +7,7 @@ placed before it in the session took is given back (REJECTED, retried after its 
 The reservations stand in for the cached claims until the cache shows them (``in_flight``),
 so the next session, which may start while these writes are in flight, counts them.
 
-Then, on the binder's thread and before the Binding, :meth:`write` puts each claim's
+Then, on a thread of the loop's pool and before the Binding, :meth:`write` puts each claim's
 ``status`` through the ``status`` subresource, with the claim's resourceVersion as the
 precondition: ``allocation`` (``devices.results`` [{request, driver, pool, device}], the
 class' and the claim's opaque ``config``, ``nodeSelector`` naming the node when a device
@@ -137,7 +137,7 @@ class ClaimsWriter:
         with self._lock:
             return dict(self.in_flight)
 
-    # ------------------------------------------------------------------ binder thread
+    # ------------------------------------------------------------------ the pool's threads
 
     def write(self, reserved: Reserved) -> str | None:
         """Write each claim's status; None when all are written, else why not (the claims

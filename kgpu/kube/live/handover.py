@@ -1,11 +1,15 @@
-"""A session's binds carried out: reserved as assumed, bound by a pool, settled.
+"""A session's binds carried out: reserved as assumed, bound many at once, settled.
 
 Each bind a session decides is checked against the cache once more (a pod deleted, created
 again or bound by someone while the session decided is undone in the snapshot and
 dropped), recorded as ``Assumed`` so the next session, which may start while the bind is
-in flight, counts its resources, and handed to the binder pool (:mod:`kgpu.kube.live.binder`).
+in flight, counts its resources, and queued. Up to ``in_flight`` binds run at once
+(:mod:`kgpu.kube.live.binder`), their calls carried by the client's call thread
+(:mod:`kgpu.kube.api.curl_pump`), not a thread each: as one ends, the next queued starts.
+A bind whose pod has ResourceClaims writes them first on a thread of the loop's pool (those
+writes wait for their answers), and undoes them there if its Binding fails.
 
-How each outcome settles (the binder's thread, under the loop's lock):
+How each outcome settles (where the bind's last answer is handled, under the loop's lock):
 
 The Binding carries the device annotations and ``kgpu.io/admitted-queue``, the queue the
 session charged the pod to: from its first bound version on, the pod's queue is that one.
@@ -35,13 +39,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kgpu.actions.allocate import Bind, undo
 from kgpu.kube.anchors.koordinator import koordinator_notes
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.event_recorder import NORMAL, WARNING, EventRecorder
+from kgpu.kube.api.in_flight import InFlight
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.resource_types import uid
 from kgpu.kube.live.binder import BindOutcome, BindResult, bind_pod
@@ -61,6 +66,19 @@ log = logging.getLogger(__name__)
 Submit = Callable[..., "Future[Any]"]
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """One bind handed over: the pod as the session saw it, where it goes, what it
+    writes."""
+
+    obj: Mapping[str, Any]
+    bind: Bind
+    entry: Assumed
+    annotations: Mapping[str, str]
+    message: str
+    reserved: Reserved | None
+
+
 class HandOver:
     def __init__(
         self,
@@ -78,6 +96,7 @@ class HandOver:
         wake: threading.Event,
         uncertain_grace: float,
         record_key: RecordKey | None = None,
+        in_flight: int = 64,
     ) -> None:
         self.client = client
         # Signs the records the Binding writes (None: unsigned, for tests of the loop alone).
@@ -97,6 +116,9 @@ class HandOver:
         # DRA: the pods' ResourceClaims, reserved in bind order and written before each
         # Binding (kgpu.kube.live.dra_claims_writer); None where the server serves no DRA.
         self.claims: ClaimsWriter | None = None
+        # Binds queued and running (their own lock, not the loop's: a bind settles under
+        # that one and then starts the next).
+        self._flight: InFlight[_Job] = InFlight(in_flight, self._start)
 
     def hand_over(
         self,
@@ -128,55 +150,83 @@ class HandOver:
             annotations[ADMITTED_QUEUE_ANNOTATION] = queue
         if self.record_key is not None and annotations:
             annotations = self.record_key.signed(uid(current), str(bind.node), annotations)
-        reserved = None
+        reserved: Reserved | None = None
         if self.claims is not None:
-            reserved = self.claims.reserve(current, snap.state, bind.node)
-            if isinstance(reserved, str):  # a pod placed before it took the devices
+            taken = self.claims.reserve(current, snap.state, bind.node)
+            if isinstance(taken, str):  # a pod placed before it took the devices
                 undo(snap.state, bind)
-                refused = BindOutcome(BindResult.REJECTED, reserved)
-                self._settle(current, bind, entry, refused, message, back_off=True)
+                refused = BindOutcome(BindResult.REJECTED, taken)
+                self._settled(current, bind, entry, refused, message, back_off=True)
                 return
+            reserved = taken
         with self._lock:
             self._assumed[bind.pod] = entry
-        self._submit(self._bind, current, bind, entry, annotations, message, reserved)
+        self._flight.add(_Job(current, bind, entry, annotations, message, reserved))
 
-    def _bind(
-        self,
-        obj: Mapping[str, Any],
-        bind: Bind,
-        entry: Assumed,
-        annotations: Mapping[str, str],
-        message: str,
-        reserved: Reserved | None = None,
-    ) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Start no more binds (the queued ones are dropped, their reservations left as
+        they are) and wait up to ``timeout`` seconds for those running to settle."""
+        self._flight.pause(drop=True)
+        self._flight.wait(timeout)
+
+    def _start(self, job: _Job) -> None:
+        try:
+            self._begin(job)
+        except Exception as exc:  # a bug: the bind is not sent, its reservation must go
+            log.exception("%s: bind to %s failed to start", job.bind.pod, job.bind.node)
+            self._settle(job, BindOutcome(BindResult.REJECTED, repr(exc)), back_off=True)
+
+    def _begin(self, job: _Job) -> None:
         if not self.is_leader():
             outcome = BindOutcome(BindResult.REJECTED, "no longer the leader")
-            self._settle(obj, bind, entry, outcome, message, back_off=False)
-            return
-        if self.nodes.get(bind.node) is None:
-            gone = f"node {bind.node} is no longer in the cluster: not bound"
-            outcome = BindOutcome(BindResult.REJECTED, gone)
-            self._settle(obj, bind, entry, outcome, message, back_off=True)
-            return
-        if reserved is not None and self.claims is not None:
-            # The claims' status first, as kube-scheduler's PreBind: a pod is never bound
-            # without its devices reserved.
-            why = self.claims.write(reserved)
-            if why is not None:
-                outcome = BindOutcome(BindResult.REJECTED, why)
-                self._settle(obj, bind, entry, outcome, message, back_off=True)
-                return
-        outcome = bind_pod(self.client, obj, bind.node, annotations)
-        failed = outcome.result in (BindResult.GONE, BindResult.REJECTED)
-        if reserved is not None and self.claims is not None and failed:
-            self.claims.undo(reserved)  # as kube-scheduler's Unreserve
-        if outcome.check_s:
-            self.metrics.check_latency.observe(outcome.check_s)
-        if outcome.result != BindResult.REJECTED or outcome.bind_s:
-            self.metrics.bind_latency.observe(outcome.bind_s)
-        self._settle(obj, bind, entry, outcome, message, back_off=True)
+            self._settle(job, outcome, back_off=False)
+        elif self.nodes.get(job.bind.node) is None:
+            gone = f"node {job.bind.node} is no longer in the cluster: not bound"
+            self._settle(job, BindOutcome(BindResult.REJECTED, gone), back_off=True)
+        elif job.reserved is not None and self.claims is not None:
+            self._submit(self._write_claims, job)  # those writes wait for their answers
+        else:
+            bind_pod(self.client, job.obj, job.bind.node, job.annotations, self._then(job))
 
-    def _settle(
+    def _write_claims(self, job: _Job) -> None:
+        """The claims' status first, as kube-scheduler's PreBind: a pod is never bound
+        without its devices reserved (on a thread of the pool)."""
+        assert job.reserved is not None and self.claims is not None
+        why = self.claims.write(job.reserved)
+        if why is not None:
+            self._settle(job, BindOutcome(BindResult.REJECTED, why), back_off=True)
+        else:
+            bind_pod(self.client, job.obj, job.bind.node, job.annotations, self._then(job))
+
+    def _then(self, job: _Job) -> Callable[[BindOutcome], None]:
+        def bound(outcome: BindOutcome) -> None:
+            if outcome.check_s:
+                self.metrics.check_latency.observe(outcome.check_s)
+            if outcome.result != BindResult.REJECTED or outcome.bind_s:
+                self.metrics.bind_latency.observe(outcome.bind_s)
+            failed = outcome.result in (BindResult.GONE, BindResult.REJECTED)
+            if job.reserved is not None and self.claims is not None and failed:
+                self._submit(self._unreserve, job, outcome)  # a call that waits
+            else:
+                self._settle(job, outcome, back_off=True)
+
+        return bound
+
+    def _unreserve(self, job: _Job, outcome: BindOutcome) -> None:
+        """Undo the claims of a bind that failed, as kube-scheduler's Unreserve, before the
+        pod's reservation goes (on a thread of the pool)."""
+        assert job.reserved is not None and self.claims is not None
+        self.claims.undo(job.reserved)
+        self._settle(job, outcome, back_off=True)
+
+    def _settle(self, job: _Job, outcome: BindOutcome, *, back_off: bool) -> None:
+        """Settle the bind (see the module's docstring), then start the next."""
+        try:
+            self._settled(job.obj, job.bind, job.entry, outcome, job.message, back_off=back_off)
+        finally:
+            self._flight.finished()
+
+    def _settled(
         self,
         obj: Mapping[str, Any],
         bind: Bind,

@@ -20,21 +20,22 @@ A session (on the loop's thread):
    (:mod:`kgpu.kube.live.dra_live`: held between the session's pods, counted in queues);
 4. hand each bind over (:mod:`kgpu.kube.live.handover`): recorded as assumed first, so the
    next session, which may start while these binds are in flight, counts its resources,
-   then bound by a pool of binders (:mod:`kgpu.kube.live.binder`); hand each eviction to the
-   same pool (:mod:`kgpu.kube.live.evictions`);
+   then bound, ``bind_workers`` at once, their calls carried by the client's call thread
+   (:mod:`kgpu.kube.live.binder`); hand each eviction to the loop's pool of threads
+   (:mod:`kgpu.kube.live.evictions`);
 5. write the Queue and PodGroup status that changed (:mod:`kgpu.kube.live.status_writer`) and
    set the queue metrics. Steps 4 and 5 read only the session's result
    (:mod:`kgpu.kube.live.carry_out`);
 6. where the profile turns defragmentation on, move pods so that GPU pods left waiting
    fit (:mod:`kgpu.kube.live.defrag_live`).
 
-A binder that fails releases the reservation (the assumed entry goes) and backs the pod
+A bind that fails releases the reservation (the assumed entry goes) and backs the pod
 off exponentially; a pod deleted mid-cycle is released, whether the session sees it gone
 before handing the bind over or the API server answers 404. Pods no node fits wait until
 the cluster changes (a node or a deletion) or ``unschedulable_retry`` passes
 (:mod:`kgpu.kube.live.waiting` keeps who waits, why and until when).
 
-Only the leader schedules, and a binder asks again just before it writes anything, so a
+Only the leader schedules, and a bind asks again just before it starts its calls, so a
 scheduler that lost its lease with binds queued drops them instead of writing.
 """
 
@@ -97,7 +98,7 @@ class LoopConfig:
     # session's fixed cost (the snapshot, the running tasks) is paid per batch, and a bind
     # spends most of its time waiting for the server (bench/e2e.py, docs/BENCHMARKS.md).
     batch_size: int = 2000
-    bind_workers: int = 64
+    bind_workers: int = 64  # binds in flight; also the pool for evictions and status writes
     backoff_initial: float = 1.0  # a pod whose bind failed waits this, doubling...
     backoff_max: float = 60.0  # ...up to this
     unschedulable_retry: float = 60.0  # retry an unschedulable pod at least this often
@@ -228,6 +229,7 @@ class SchedulerLoop:
             wake=self._wake,
             uncertain_grace=c.uncertain_grace,
             record_key=record_key,
+            in_flight=c.bind_workers,
         )
         self._carrier = ResultCarrier(
             self._binds, self._book, self._evictor, self._status, recorder, metrics, is_leader
@@ -368,6 +370,7 @@ class SchedulerLoop:
             return any(a.expires is not None and a.expires <= now for a in self._assumed.values())
 
     def close(self) -> None:
+        self._binds.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     @property

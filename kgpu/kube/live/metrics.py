@@ -74,7 +74,7 @@ class SchedulerMetrics:
         )
         self.session_latency = Histogram(
             "kgpu_session_duration_seconds",
-            "One scheduling session: snapshot, decisions, handing binds to the binders",
+            "One scheduling session: snapshot, decisions, handing the binds over",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )

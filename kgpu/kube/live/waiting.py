@@ -20,8 +20,8 @@ preempt meanwhile, it would find no room and evict more pods than it needs.
 
 Each wait says why with a FailedScheduling event, repeated while unchanged at most every
 ``event_repeat`` seconds; the pending-pods gauge counts pods by that reason. The book is
-guarded by the loop's lock, which the caller passes in: the binders settle pods from their
-own threads.
+guarded by the loop's lock, which the caller passes in: binds settle pods from the client's
+call thread.
 """
 
 from __future__ import annotations
