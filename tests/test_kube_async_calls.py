@@ -4,6 +4,8 @@ threads does."""
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kgpu.kube.api.client import Answer, KubeClient, Timeouts, load_configuration
+from kgpu.kube.api.curl_pump import _Poller
 from kgpu.kube.api.errors import Conflict, KubeError, NotFound, Timeout, Unavailable
 from kgpu.kube.api.resource_types import NODES, PODS
 from tests.kube_double import KubeDouble
@@ -180,3 +183,31 @@ def test_a_failing_then_does_not_stop_the_others(double: KubeDouble, tmp_path: P
     (answer,) = answers.wait(1)
     assert isinstance(answer, dict)
     client.close()
+
+
+@pytest.mark.parametrize("epoll", [True, False], ids=["epoll", "poll"])
+def test_the_call_thread_waits_on_what_libcurl_names(epoll: bool) -> None:
+    """Readiness as asked, changes of what is watched, a socket forgotten, and a number
+    reused after its socket closed without being forgotten."""
+    poller = _Poller(epoll=epoll)
+    a, b = socket.socketpair()
+    poller.watch(a.fileno(), True, False)
+    assert poller.poll(0) == []
+    b.send(b"x")
+    assert [(fd, bool(mask & select.POLLIN)) for fd, mask in poller.poll(1)] == [(a.fileno(), True)]
+    poller.watch(a.fileno(), False, True)
+    assert [(fd, bool(mask & select.POLLOUT)) for fd, mask in poller.poll(1)] == [
+        (a.fileno(), True)
+    ]
+    poller.forget(a.fileno())
+    assert poller.poll(0) == []
+    poller.watch(b.fileno(), True, False)
+    number = b.fileno()
+    b.close()  # gone from epoll by itself; its number may come back
+    c, d = socket.socketpair()
+    reused = c if c.fileno() == number else d
+    poller.watch(reused.fileno(), False, True)  # register afresh, whatever epoll had
+    assert reused.fileno() in [fd for fd, _ in poller.poll(1)]
+    poller.close()
+    for s in (a, c, d):
+        s.close()

@@ -317,3 +317,16 @@ def test_a_missing_crd_leaves_an_empty_synced_cache(double: KubeDouble, client: 
         assert not informer.absent
     finally:
         informer.stop()
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("p-1.a_b~c", "/api/v1/namespaces/default/pods/p-1.a_b~c"),
+        ("a/b", "/api/v1/namespaces/default/pods/a%2Fb"),
+        ("50%", "/api/v1/namespaces/default/pods/50%25"),
+        ("x y?", "/api/v1/namespaces/default/pods/x%20y%3F"),
+    ],
+)
+def test_a_name_stays_inside_its_path_segment(name: str, path: str) -> None:
+    assert PODS.path("default", name) == path

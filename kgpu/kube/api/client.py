@@ -144,6 +144,9 @@ class KubeClient:
             self._curl = CurlCalls(settings)
             self._pump = CurlPump(settings, connections=pool_size)
         self._pool_size = pool_size
+        # Content type ("" without a body) -> (the credentials they were made with, the
+        # header lines): see _prepare_curl.
+        self._lines: dict[str, tuple[dict[str, str], list[str]]] = {}
         self._threads: ThreadPoolExecutor | None = None
         self._threads_lock = threading.Lock()
 
@@ -216,6 +219,30 @@ class KubeClient:
             payload = json_codec.dumps(body)
         return url, headers, payload
 
+    def _prepare_curl(
+        self,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        body: Body | None,
+        content_type: str,
+    ) -> tuple[str, list[str], bytes | None]:
+        """:meth:`_prepare` as libcurl takes it: the header lines, made once per content
+        type and token (every call of a kind sends the same)."""
+        url = self._host + path
+        if query:
+            url += "?" + urlencode(query)
+        credentials = self._credentials()
+        kind = content_type if body is not None else ""
+        known = self._lines.get(kind)
+        if known is None or known[0] is not credentials:
+            headers = {"Accept": "application/json", **credentials}
+            if body is not None:
+                headers["Content-Type"] = content_type
+            known = (credentials, header_lines(headers))
+            self._lines[kind] = known
+        payload = json_codec.dumps(body) if body is not None else None
+        return url, known[1], payload
+
     def _credentials(self) -> dict[str, str]:
         """The bearer token header, read again at most once a second: reading it runs the
         kubeconfig's refresh hook (which renews an expired exec-plugin or OIDC token, and
@@ -253,8 +280,8 @@ class KubeClient:
         bound = (self.timeouts.connect, timeout or self.timeouts.request)
         try:
             if self._curl is not None and not long_answer:
-                url, headers, payload = self._prepare(path, query, body, content_type)
-                status, raw = self._curl.call(method, url, header_lines(headers), payload, bound)
+                url, lines, payload = self._prepare_curl(path, query, body, content_type)
+                status, raw = self._curl.call(method, url, lines, payload, bound)
             else:
                 response = self._send(method, path, query, body, content_type, bound)
                 status, raw = response.status, response.data
@@ -285,7 +312,7 @@ class KubeClient:
             return
         what = f"{method} {path}"
         bound = (self.timeouts.connect, self.timeouts.request)
-        url, headers, payload = self._prepare(path, query, body, content_type)
+        url, lines, payload = self._prepare_curl(path, query, body, content_type)
 
         def done(status: int, raw: bytes, error: Exception | None) -> None:
             answer: Answer
@@ -297,7 +324,7 @@ class KubeClient:
                 answer = exc
             then(answer)
 
-        pump.call(method, url, header_lines(headers), payload, bound, done)
+        pump.call(method, url, lines, payload, bound, done)
 
     def later(self, delay: float, function: Callable[[], None]) -> None:
         """Run ``function`` after ``delay`` seconds where :meth:`request_async`'s ``then``

@@ -7,8 +7,8 @@ in switching those threads in and out of the interpreter and the kernel; one thr
 every transfer through libcurl's multi interface spends about a third of that, and the API
 server less too (``bench/e2e_vs_kube_scheduler.py``, docs/BENCHMARKS.md).
 
-The thread (``kube-calls``, started at the first call) waits with :mod:`selectors` (epoll
-where there is one, so any file descriptor number works) on the sockets libcurl names
+The thread (``kube-calls``, started at the first call) waits with epoll (``poll`` where
+there is none; either way any file descriptor number works) on the sockets libcurl names
 through ``M_SOCKETFUNCTION``, for as long as ``M_TIMERFUNCTION`` says, and on a pipe that
 :meth:`CurlPump.call` writes to from other threads; ``curl_multi_socket_action`` then moves
 the transfers on. HTTP/1.1, connections kept alive and reused, at most ``connections`` open
@@ -28,7 +28,7 @@ import heapq
 import itertools
 import logging
 import os
-import selectors
+import select
 import threading
 import time
 from collections import deque
@@ -202,9 +202,9 @@ class _Loop:
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._multi.setopt(pycurl.M_MAX_TOTAL_CONNECTIONS, connections)
         self._multi.setopt(pycurl.M_MAXCONNECTS, connections)
-        self._selector = selectors.DefaultSelector()
+        self._poller = _Poller()
         self._wake_fd = wake_fd
-        self._selector.register(wake_fd, selectors.EVENT_READ)
+        self._poller.watch(wake_fd, True, False)
         self._deadline: float | None = None
         self._idle: list[pycurl.Curl] = []
         self._running: dict[pycurl.Curl, _Call] = {}
@@ -242,16 +242,17 @@ class _Loop:
     def step(self, wait: float | None) -> None:
         """Wait for a socket, the timer or the wake pipe; move the transfers on; answer
         the finished ones."""
-        for key, mask in self._selector.select(wait):
-            fd = key.fd
+        for fd, mask in self._poller.poll(wait):
             if fd == self._wake_fd:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(fd, 4096):
                         pass
                 self.woken = True
                 continue
-            action = (pycurl.CSELECT_IN if mask & selectors.EVENT_READ else 0) | (
-                pycurl.CSELECT_OUT if mask & selectors.EVENT_WRITE else 0
+            action = (
+                (pycurl.CSELECT_IN if mask & _READ else 0)
+                | (pycurl.CSELECT_OUT if mask & _WRITE else 0)
+                | (pycurl.CSELECT_ERR if mask & _BROKEN else 0)
             )
             self._multi.socket_action(fd, action)
         if self._deadline is not None and time.monotonic() >= self._deadline:
@@ -278,24 +279,11 @@ class _Loop:
 
     def _on_socket(self, what: int, fd: int, multi: object, data: object) -> None:
         if what == pycurl.POLL_REMOVE:
-            with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(fd)
-            return
-        events = 0
-        if what in (pycurl.POLL_IN, pycurl.POLL_INOUT):
-            events |= selectors.EVENT_READ
-        if what in (pycurl.POLL_OUT, pycurl.POLL_INOUT):
-            events |= selectors.EVENT_WRITE
-        # A socket libcurl closed without a POLL_REMOVE left epoll by itself: its number,
-        # used again, is registered afresh.
-        try:
-            self._selector.modify(fd, events)
-        except KeyError:
-            self._selector.register(fd, events)
-        except OSError:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(fd)
-            self._selector.register(fd, events)
+            self._poller.forget(fd)
+        else:
+            read = what in (pycurl.POLL_IN, pycurl.POLL_INOUT)
+            write = what in (pycurl.POLL_OUT, pycurl.POLL_INOUT)
+            self._poller.watch(fd, read, write)
 
     def _on_timer(self, ms: int) -> None:
         self._deadline = None if ms < 0 else time.monotonic() + ms / 1000
@@ -314,7 +302,68 @@ class _Loop:
             handle.close()
         self._idle.clear()
         self._multi.close()
-        self._selector.close()
+        self._poller.close()
+
+
+_READ = select.POLLIN | select.POLLPRI
+_WRITE = select.POLLOUT
+_BROKEN = select.POLLERR | select.POLLHUP
+
+
+class _Poller:
+    """The sockets to wait on: epoll where there is one, else ``poll``, called directly
+    (:mod:`selectors` costs several Python calls for each of the two or three changes a
+    transfer makes). epoll's event bits are poll's."""
+
+    def __init__(self, *, epoll: bool = True) -> None:
+        has_epoll = epoll and hasattr(select, "epoll")
+        self._epoll = select.epoll() if has_epoll else None
+        self._poll = select.poll() if self._epoll is None else None
+        self._masks: dict[int, int] = {}
+
+    def watch(self, fd: int, read: bool, write: bool) -> None:
+        mask = (_READ if read else 0) | (_WRITE if write else 0)
+        known = self._masks.get(fd)
+        if known == mask:
+            return
+        self._masks[fd] = mask
+        if self._poll is not None:
+            self._poll.register(fd, mask)  # registers or modifies
+            return
+        assert self._epoll is not None
+        try:
+            if known is None:
+                self._epoll.register(fd, mask)
+            else:
+                self._epoll.modify(fd, mask)
+        except OSError:
+            # A socket closed without a POLL_REMOVE left epoll by itself, and its number
+            # came back for a new one (ENOENT); or the reverse (EEXIST).
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(fd)
+            self._epoll.register(fd, mask)
+
+    def forget(self, fd: int) -> None:
+        if self._masks.pop(fd, None) is None:
+            return
+        with contextlib.suppress(OSError, KeyError):
+            if self._epoll is not None:
+                self._epoll.unregister(fd)
+            elif self._poll is not None:
+                self._poll.unregister(fd)
+
+    def poll(self, wait: float | None) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]]
+        if self._epoll is not None:
+            found = self._epoll.poll(-1 if wait is None else wait)
+        else:
+            assert self._poll is not None
+            found = self._poll.poll(None if wait is None else int(wait * 1000 + 0.999))  # ms
+        return found
+
+    def close(self) -> None:
+        if self._epoll is not None:
+            self._epoll.close()
 
 
 def _answer(call: _Call, status: int, error: pycurl.error | None) -> None:

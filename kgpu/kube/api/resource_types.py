@@ -3,6 +3,7 @@ path its admission webhook is called at."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,13 +30,23 @@ class Resource:
         of one object and optionally one of its subresources."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace is not None:
-            base += f"/namespaces/{quote(namespace, safe='')}"
+            base += f"/namespaces/{_segment(namespace)}"
         base += f"/{self.plural}"
         if name:
-            base += f"/{quote(name, safe='')}"
+            base += f"/{_segment(name)}"
             if subresource:
                 base += f"/{subresource}"
         return base
+
+
+# What ``quote(text, safe="")`` leaves as it is: every name the API server accepts is such.
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _segment(text: str) -> str:
+    """``text`` as one segment of a URL path (a name with "/" or "%" does not reach past
+    its segment). Names are nearly always plain: they are not quoted (a path a call)."""
+    return text if _PLAIN.fullmatch(text) else quote(text, safe="")
 
 
 NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
