@@ -237,7 +237,7 @@ def measure(
     try:
         while True:
             # Scanning the watch's cache costs this process about 0.1 CPU ms a pod over a
-            # run, which would count as the scheduler's: follow the binders' count, and scan
+            # run, which would count as the scheduler's: follow the binds' count, and scan
             # only once they have bound every pod, until the watch shows it too.
             bound = running.loop.bound
             if bound >= opts.pods:
@@ -289,7 +289,7 @@ def measure(
     session_s = loop.snapshot_s + loop.decide_s
     print(
         f"  scheduler alone: {bound / max(session_s, 1e-9):.0f} pods decided per second of "
-        "session time (wall time, sharing the GIL with binders, informers and events)"
+        "session time (wall time, sharing the GIL with the calls, informers and events)"
     )
     for step, what in (("check", "GET pod before its Binding"), ("bind", "Binding")):
         count = sample("kgpu_binding_duration_seconds_count", step=step)
@@ -297,7 +297,7 @@ def measure(
         mean = 1000 * total / max(count, 1)
         print(f"  {what:<27} API calls: {count:.0f}, mean {mean:.1f} ms")
     workers = (options.loop or LoopConfig()).bind_workers
-    print(f"  binds in flight at once: {workers}; events sent by {options.event_workers} threads")
+    print(f"  binds in flight at once: {workers}; events: {options.event_workers}")
     print(
         f"  Scheduled events sent by the time the last pod was bound: {events_sent}, "
         f"{events_queued} still queued; all sent {drained - elapsed:.1f}s later "
@@ -312,7 +312,7 @@ def measure(
         f"  CPU seconds ({os.cpu_count()} cores), until the last bind ({elapsed:.1f}s) / "
         f"until the last event ({drained:.1f}s), and a pod's share of the latter:"
     )
-    rows = [("this process (scheduler, informers, binders, events)", own, own_all)]
+    rows = [("this process (scheduler, informers, binds, events)", own, own_all)]
     rows += [(name, cpu[name], cpu_all[name]) for name in cpu]
     for name, seconds, total in rows:
         print(

@@ -21,12 +21,15 @@ Scheduled events sent), kube-apiserver and etcd (from /proc); and at the end kgp
 throughput over kube-scheduler's and kube-scheduler's CPU a pod over kgpu's. The targets
 (issue 20): kgpu at least twice kube-scheduler's pods a second, at most 1.0 CPU ms a pod.
 
-``--profile`` runs kgpu in this process instead and prints its CPU a pod by thread (read
-from /proc: the pod watch's decoding and cache, the sessions, the binders, the event
-senders) and the garbage collector's share of it; ``--cprofile`` adds every thread under ``cProfile`` timed by its own CPU clock,
-each thread's time split into HTTP, JSON and kgpu's own code, the sessions' into snapshot,
-deciding and hand-over (the profiler's own cost inflates the total; the shares are what it
-is for).
+``--profile`` runs kgpu in this process instead (its loop as ``kgpu run`` has it: shares
+confined through reservation pods) and prints its CPU a pod by thread (read from /proc: the
+pod watch's decoding and cache, the sessions, the call thread that carries the binds and the
+Scheduled events) and the garbage collector's share of it; ``--cprofile`` adds every thread
+under ``cProfile`` timed by its own CPU clock, each thread's time split by what its functions
+are (HTTP: libcurl, urllib3, TLS, sockets and kgpu's driving of them; JSON; metrics; the
+events' and the binds' own code; the rest of kgpu), the sessions' into snapshot, session
+input, deciding and hand-over (the profiler's own cost inflates the total; the shares are
+what it is for).
 """
 
 from __future__ import annotations
@@ -294,15 +297,35 @@ THREADS = (
 )
 # What a function's own time is, by its file.
 LAYERS = (
-    ("HTTP and TLS", ("urllib3", "http/client", "email/", "ssl", "socket", "selectors", "pycurl")),
-    ("JSON", ("json/", "'dumps'", "'loads'", "orjson")),
-    ("kgpu", ("/kgpu/",)),
+    (
+        "HTTP",  # libcurl, urllib3, TLS, sockets, and kgpu's own driving of them
+        (
+            "urllib3",
+            "http/client",
+            "email/",
+            "ssl",
+            "socket",
+            "selectors",
+            "pycurl",
+            "select.",
+            "curl_pump.py",
+            "curl_calls.py",
+            "kube/api/client.py",
+        ),
+    ),
+    ("JSON", ("json/", "'dumps'", "'loads'", "orjson", "json_codec.py")),
+    ("metrics", ("prometheus_client",)),
+    ("events", ("event_recorder.py", "printable.py", "strftime")),
+    ("binds", ("binder.py", "handover.py", "in_flight.py", "record_signature", "hmac.py")),
+    ("kgpu", ("/kgpu/", "kgpu.")),
 )
-# The session's steps, by the functions that do them (cumulative time in the loop thread).
+# The session's steps, by the functions that do them (cumulative time in the loop thread):
+# (step, file, function, or what cProfile calls it where the module is compiled).
 STEPS = (
-    ("snapshot", "cache_snapshot.py", "build"),
-    ("deciding", "session_runner.py", "run_session"),
-    ("hand-over", "carry_out.py", "carry_out"),
+    ("snapshot", "cache_snapshot.py", "build", "'build' of 'SnapshotBuilder'"),
+    ("session input", "session_input.py", "assemble", "session_input.assemble"),
+    ("deciding", "session_runner.py", "run_session", "session_runner.run_session"),
+    ("hand-over", "carry_out.py", "carry_out", "'carry_out' of 'ResultCarrier'"),
 )
 
 
@@ -447,8 +470,12 @@ def report_profile(profiles: list[tuple[str, cProfile.Profile]], bound: int) -> 
         )
         print(f"    {group:<38} {total * ms:6.3f} ms a pod ({100 * total / whole:4.1f}%): {split}")
         if group == "sessions":
-            for step, path, name in STEPS:
-                spent = sum(v[3] for f, v in raw.items() if f[0].endswith(path) and f[2] == name)
+            for step, path, name, compiled in STEPS:
+                spent = sum(
+                    v[3]
+                    for f, v in raw.items()
+                    if (f[0].endswith(path) and f[2] == name) or compiled in f[2]
+                )
                 print(f"      {step:<36} {spent * ms:6.3f} ms a pod")
     if os.environ.get("BENCH_PROFILE_TOP"):
         for group, stats in groups.items():
