@@ -206,7 +206,10 @@ class HandOver:
                 self.metrics.bind_latency.observe(outcome.bind_s)
             failed = outcome.result in (BindResult.GONE, BindResult.REJECTED)
             if job.reserved is not None and self.claims is not None and failed:
-                self._submit(self._unreserve, job, outcome)  # a call that waits
+                try:
+                    self._submit(self._unreserve, job, outcome)  # calls that wait
+                except RuntimeError:  # the pool is shut down (stopping): here, then
+                    self._unreserve(job, outcome)
             else:
                 self._settle(job, outcome, back_off=True)
 
