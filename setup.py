@@ -80,6 +80,7 @@ COMPILED = [
     "kgpu/plugins/node/gpu_tightest.py",
     "kgpu/plugins/node/resource_fit.py",
     "kgpu/plugins/node/strand_aware_fgd.py",
+    "kgpu/plugins/node/filter_verdicts.py",
     "kgpu/plugins/session/capacity_card.py",
     "kgpu/plugins/session/gang.py",
     "kgpu/plugins/session/priority_order.py",

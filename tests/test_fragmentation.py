@@ -9,7 +9,7 @@ import pytest
 
 from kgpu.framework.cycle import CycleState
 from kgpu.model.pod import PodSpec
-from kgpu.plugins.node.fgd import FgdScore, sigmoid_score
+from kgpu.plugins.node.fgd import FgdScore, sigmoid_score, sigmoid_scores_of
 from kgpu.plugins.node.strand_aware_fgd import StrandAwareFgd
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import FragmentModel, TypicalPod, typical_pods
@@ -161,3 +161,15 @@ def test_fgd_scores_a_rise_too_large_for_exp_as_zero_and_quietly() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert sigmoid_score(drops).tolist() == [0, 0, 0, 26, 50, 50, 73, 100]
+
+
+def test_a_few_decreases_score_as_an_array_of_them_does() -> None:
+    """The node-by-node path scores its few decreases on Python floats: the same scores to
+    the last bit as over an array, at the sigmoid's steps and past exp's range."""
+    rng = np.random.default_rng(3)
+    steps = [1000.0 * np.log(100.0 / k - 1.0) for k in range(1, 100)]  # where it steps
+    drops = [*rng.normal(0.0, 3000.0, 500).tolist(), *steps, -1e12, -0.0, 0.0, 1e12]
+    drops += [np.nextafter(s, np.inf) for s in steps] + [np.nextafter(s, -np.inf) for s in steps]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sigmoid_scores_of(drops) == sigmoid_score(np.array(drops)).tolist()

@@ -74,3 +74,58 @@ def test_the_pending_message_counts_the_nodes_with_unhealthy_gpus() -> None:
         "0/2 nodes are available: 1 insufficient GPU, "
         "1 node(s) had unhealthy GPUs the pod would need."
     )
+
+
+def _mixed_cluster(count: int) -> ClusterState:
+    """``count`` nodes: A100 and T4 nodes of four GPUs (some with unhealthy ones), a few
+    without GPUs, each partly filled by shares and whole GPUs."""
+    rng = np.random.default_rng(5)
+    nodes = []
+    for i in range(count):
+        kind = i % 5
+        if kind == 0:
+            nodes.append(make_node(f"n{i}").build())
+        elif kind == 1:
+            nodes.append(_node(f"n{i}", (int(rng.integers(0, 4)),)))
+        else:
+            nodes.append(make_node(f"n{i}").gpus(4, "A100" if kind == 2 else "T4").build())
+    state = ClusterState(nodes)
+    for i in range(count):
+        for j, share in enumerate(rng.choice([0, 300, 600, 1000], size=6).tolist()):
+            if not share:
+                continue
+            pod = make_pod(f"x{i}-{j}").share(share) if share < 1000 else make_pod(f"x{i}-{j}").gpus(1)
+            placed = pod.build()
+            room = [g for g, f in enumerate(state.gpu_row(i)[: state.nodes[i].gpu_count]) if f >= share]
+            if room and not state.fits(placed, i, room[:1]):
+                state.allocate(placed, i, room[:1])
+    return state
+
+
+@pytest.mark.parametrize(
+    ("pod", "seen"),
+    [
+        (make_pod().share(500).build(), {"GPUUnhealthy", "InsufficientGPUShare"}),
+        (make_pod().share(800, "A100").build(), {"GPUModelMismatch", "InsufficientGPUShare"}),
+        (make_pod().gpus(2).build(), {"GPUUnhealthy", "InsufficientGPU"}),
+        (make_pod().gpus(3, "T4").build(), {"GPUModelMismatch", "InsufficientGPU"}),
+    ],
+)
+def test_most_of_the_cluster_gets_the_verdicts_its_nodes_get_apart(
+    pod: PodSpec, seen: set[str]
+) -> None:
+    """A plain request judged on most of the cluster (tests over every node), on a few
+    dozen nodes (their figures gathered) and on one node at a time: the same verdicts."""
+    state = _mixed_cluster(80)
+    cycle = CycleState(state, pod)
+    every = verdict_reasons(GpuFit().filter(cycle, pod, np.arange(80, dtype=np.int64)))
+    parts = [np.arange(start, min(start + 17, 80), dtype=np.int64) for start in range(0, 80, 17)]
+    apart = [r for part in parts for r in verdict_reasons(GpuFit().filter(cycle, pod, part))]
+    alone = [_reason_of(state, pod, n) for n in range(80)]
+    assert every == apart == alone
+    assert {"NoGPU", ""} | seen <= set(every)  # the reasons whose order matters are met
+
+
+def _reason_of(state: ClusterState, pod: PodSpec, node: int) -> str:
+    picked = np.array([node], dtype=np.int64)
+    return verdict_reasons(GpuFit().filter(CycleState(state, pod), pod, picked))[0]

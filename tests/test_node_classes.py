@@ -119,3 +119,22 @@ def test_ids_are_numbered_afresh_when_they_outgrow_the_nodes() -> None:
     first, inverse = split
     assert len(first) == 4  # node 0, and the three kinds of the others
     assert first[inverse[0]] == 0 and first[inverse[3]] != 0 and first[inverse[3]] % 3 == 0
+
+
+def test_a_split_of_part_of_the_cluster_sees_the_changes_in_that_part() -> None:
+    """A decision splits its feasible nodes, ascending, most of the cluster but not all:
+    changes to them are seen whether or not nodes outside changed too."""
+    state = _cluster(MIN_NODES * 2)
+    classes = NodeClasses(state)
+    evens = np.arange(0, len(state), 2, dtype=np.int64)
+    assert classes.split(state, evens) is not None
+    state.allocate(make_pod("in").gpus(1).build(), 6, [0])
+    state.allocate(make_pod("out").gpus(2).build(), 9, [0, 1])
+    split = classes.split(state, evens)
+    assert split is not None
+    first, inverse = split
+    assert len(first) == 4 and first[inverse[3]] == 6  # node 6, alone in its state
+    split = classes.split(state, np.arange(len(state), dtype=np.int64))
+    assert split is not None
+    first, inverse = split
+    assert len(first) == 5 and first[inverse[9]] == 9  # node 9's change is seen once asked

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgpu.framework.cycle import CycleState
+from kgpu.model.pod import PodSpec
 from kgpu.plugins.node.resource_fit import NodeResourcesFit
 from kgpu.state.cluster import ClusterState
 from tests.builders import make_node, make_pod, verdict_reasons
@@ -58,3 +60,50 @@ def test_nodes_judged_one_by_one_get_the_verdicts_of_the_array_path(
         for a, b in ((0, 1), (2, 3), (4, 5))
     ]
     assert every == [reason for pair in pairs for reason in pair]
+
+
+def _filled_cluster(count: int) -> ClusterState:
+    """``count`` nodes of varied size, each partly filled: some full of pods, some short of
+    CPU or memory for the pods judged below."""
+    rng = np.random.default_rng(11)
+    state = ClusterState(
+        [
+            make_node(f"n{i}")
+            .cpu(int(rng.integers(2, 17)) * 1000)
+            .memory(int(rng.integers(2, 33)) * 1024)
+            .max_pod_count(int(rng.integers(1, 6)))
+            .build()
+            for i in range(count)
+        ]
+    )
+    for i in range(count):
+        for j in range(int(rng.integers(0, 5))):
+            pod = make_pod(f"x{i}-{j}").cpu(int(rng.integers(0, 4)) * 1000).memory(2048).build()
+            cpu, memory, slots = state.room(i)
+            if slots > 0 and cpu >= pod.cpu_milli and memory >= pod.memory_mib:
+                state.allocate(pod, i, [])
+    return state
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        make_pod("small").cpu(500).memory(512).build(),
+        make_pod("cpu").cpu(6000).memory(1024).build(),
+        make_pod("mem").cpu(1000).memory(16_384).build(),
+    ],
+)
+def test_most_of_the_cluster_gets_the_verdicts_its_nodes_get_apart(pod: PodSpec) -> None:
+    """Asked about most of the cluster, the filter compares over every node and gathers the
+    first reasons; asked about a few dozen nodes of it, it gathers their figures; about a
+    handful, it judges them one by one. All three give each node the same verdict."""
+    state = _filled_cluster(80)
+    cycle = CycleState(state, pod)
+    every = NodeResourcesFit().filter(cycle, pod, np.arange(80, dtype=np.int64))
+    parts = [np.arange(start, min(start + 17, 80), dtype=np.int64) for start in range(0, 80, 17)]
+    apart = [NodeResourcesFit().filter(cycle, pod, part) for part in parts]
+    alone = [NodeResourcesFit().filter(cycle, pod, np.array([n], dtype=np.int64)) for n in range(80)]
+    reasons = verdict_reasons(every)
+    assert len(set(reasons)) == 4  # every reason and a pass, so the order of tests is seen
+    assert reasons == [r for part in apart for r in verdict_reasons(part)]
+    assert reasons == [verdict_reasons(one)[0] for one in alone]

@@ -299,7 +299,8 @@ class Scheduler:
                 nodes = nodes[entry.static_ok[nodes]]  # the others keep their reason
             entry.reason_idx[nodes] = -1
         alive = self._filter(cycle, pod, entry, nodes, self._changing_filters)
-        entry.feasible[nodes] = False
+        if not fresh:  # a fresh entry's verdicts start all False
+            entry.feasible[nodes] = False
         entry.feasible[alive] = True
         if len(alive):
             for step in self._cached_steps:
@@ -386,13 +387,13 @@ class Scheduler:
         """``_pick`` for a profile of one score: the nodes with the best raw score are those
         with the best total, which is the raw top (unnormalised, weight 1) or the weight
         times the normalised top: 100, or 0 where every node scores the same."""
-        raw = entry.scores[step.plugin.name][feasible]
+        raw = entry.scores[step.plugin.name].take(feasible)  # ``take``: faster than indexing
         high = np.maximum.reduce(raw)  # as in ``_pick``
         if step.normalize is None:
             top = float(high)
         else:
             top = step.weight * 100.0 if raw.min() < high else 0.0
-        best = feasible[(raw == high).nonzero()[0]]
+        best = feasible.take((raw == high).nonzero()[0])
         if len(best) > 1 and self.tie_rank is not None:
             return int(best[self.tie_rank[best].argmin()]), top + 0.0
         return int(best[0]), top + 0.0

@@ -129,7 +129,9 @@ def _most_frequent(
 
 
 # Per-node figures are kept as int32, half the bytes of int64 to walk per decision: milli
-# of a node's GPUs (at most 256 × 1000) and milli-CPU (at most 2^30) both fit.
+# of a node's GPUs (at most 256 × 1000) and milli-CPU (at most 2^30) both fit. Their rows
+# are gathered with ``take``: indexing a 2-D array with an array of rows copies them one
+# at a time, 6 to 30 times slower (as is a pair of index arrays, read as flat indices).
 _I32 = np.int32
 _NEVER = np.iinfo(np.int32).max  # the CPU threshold of a typical pod a node can never take
 _NEVER_INT: int = int(_NEVER)
@@ -148,6 +150,8 @@ _MAX_TABLES = 16
 # integer, and both ways weight them with the same matrix product, so they agree to the
 # last bit.
 FEW_NODES = 32
+# The node-by-node path keeps the GPU parts of up to this many distinct rows of free milli.
+_ROWS_KEPT = 4096
 
 
 class FragmentModel:
@@ -217,6 +221,10 @@ class FragmentModel:
         # Per node, as of its clock then: usable, enough, lost (as ``_refresh`` keeps
         # them) and the (slot, free milli) of the first GPU of each free share.
         self._parts: list[_NodeParts | None] = [None] * n
+        # The GPU part of those (usable, enough, first GPU of each free share) by a node's
+        # row of free milli: nodes share rows (idle, one share taken, ...), so a node whose
+        # clock moved mostly finds its row's worked out already.
+        self._by_row: dict[tuple[int, ...], tuple[list[int], list[int], list[tuple[int, int]]]] = {}
 
     def _gpu_parts(self, free: IntArray) -> tuple[IntArray, IntArray]:
         """Per node and typical pod (K,T): the milli on GPUs big enough, and their count."""
@@ -229,17 +237,30 @@ class FragmentModel:
         """(K,T): the GPU model and ``cpu_free`` (K,) milli-CPU allow each typical pod."""
         # Bounded into int32 below the sentinel (np.clip costs several times more).
         cpu = np.maximum(np.minimum(cpu_free, _NEVER - 1), -_NEVER).astype(_I32)
-        return np.asarray(cpu[:, None] >= self._cpu_needed[nodes], dtype=np.bool_)
+        return np.asarray(cpu[:, None] >= self._cpu_needed.take(nodes, axis=0), dtype=np.bool_)
 
     def _refresh(self, state: ClusterState, nodes: IntArray) -> None:
         """Recompute the per-node parts of those ``nodes`` changed since they were last
-        computed."""
-        clocks = state.node_clock[nodes]
-        stale = self._seen[nodes] != clocks
-        if not np.count_nonzero(stale):  # cheaper than .any(), a Python-level wrapper
-            return
-        changed = nodes[stale]
-        free = state.gpu_free[changed]
+        computed.
+
+        Asked of most of the cluster, every node's clock is compared in one pass, and every
+        node that moved is brought up to date, asked or not: gathering both clocks of each
+        node asked costs more, and a node's parts are its own (one outside ``nodes`` is only
+        worked out sooner).
+        """
+        clock = state.node_clock
+        if 4 * len(nodes) >= len(clock):
+            changed = (self._seen != clock).nonzero()[0]
+            if not len(changed):
+                return
+            clocks = clock.take(changed)
+        else:
+            clocks = clock[nodes]
+            stale = self._seen[nodes] != clocks
+            if not np.count_nonzero(stale):  # cheaper than .any(), a Python-level wrapper
+                return
+            changed, clocks = nodes[stale], clocks[stale]
+        free = state.gpu_free.take(changed, axis=0)
         usable, enough = self._gpu_parts(free)
         fits = self._cpu_allows(state.cpu_free[changed], changed) & (enough >= self.count[None, :])
         self._usable[changed] = usable
@@ -249,7 +270,7 @@ class FragmentModel:
             (free[:, :, None] == free[:, None, :]) & self._earlier, axis=2
         )
         self._first[changed] = ~repeated
-        self._seen[changed] = clocks[stale]
+        self._seen[changed] = clocks
 
     def _parts_of(self, state: ClusterState, node: int) -> _NodeParts:
         """``_refresh``'s figures of one node, on Python ints, recomputed when its clock
@@ -258,7 +279,31 @@ class FragmentModel:
         known = self._parts[node]
         if known is not None and known.clock == clock:
             return known
-        row = state.gpu_row(node)
+        row = tuple(state.gpu_row(node))
+        gpu = self._by_row.get(row)
+        if gpu is None:
+            gpu = self._gpu_row_parts(row)
+            if len(self._by_row) >= _ROWS_KEPT:  # rows never seen again are let go
+                self._by_row.clear()
+            self._by_row[row] = gpu
+        usable_t, enough_t, firsts = gpu
+        cpu = _bounded(state.idle_room(node)[1])
+        needed = self._needed_by_model[self._model_of[node] + 1]
+        counts = self._count_list
+        lost: list[int] = []
+        # Indexed loops: mypyc compiles them to plain C, where zip builds tuples.
+        for t in range(len(counts)):
+            lost.append(-usable_t[t] if cpu >= needed[t] and enough_t[t] >= counts[t] else 0)
+        parts = _NodeParts(clock, usable_t, enough_t, lost, firsts)
+        self._parts[node] = parts
+        return parts
+
+    def _gpu_row_parts(
+        self, row: tuple[int, ...]
+    ) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+        """Per typical pod, the milli on GPUs of ``row`` (a node's free milli per slot) big
+        enough for it and how many there are; and the (slot, free milli) of the first GPU
+        of each free share."""
         counted: dict[int, int] = {}
         firsts: list[tuple[int, int]] = []
         for slot, free in enumerate(row):
@@ -278,18 +323,7 @@ class FragmentModel:
             usable_of.append(usable)
             enough_of.append(enough)
         at = self._milli_at
-        usable_t = [usable_of[i] for i in at]
-        enough_t = [enough_of[i] for i in at]
-        cpu = _bounded(state.idle_room(node)[1])
-        needed = self._needed_by_model[self._model_of[node] + 1]
-        counts = self._count_list
-        lost: list[int] = []
-        # Indexed loops: mypyc compiles them to plain C, where zip builds tuples.
-        for t in range(len(at)):
-            lost.append(-usable_t[t] if cpu >= needed[t] and enough_t[t] >= counts[t] else 0)
-        parts = _NodeParts(clock, usable_t, enough_t, lost, firsts)
-        self._parts[node] = parts
-        return parts
+        return [usable_of[i] for i in at], [enough_of[i] for i in at], firsts
 
     def _weighted(self, diffs: list[int], rows: int) -> FloatArray:
         """``diffs`` (rows × T, row by row) weighted as the array path weights its (K,T)
@@ -354,7 +388,11 @@ class FragmentModel:
     ) -> tuple[Int32Array, Int32Array, Int32Array]:
         """Usable milli, big-enough GPUs and lost milli (K,T) of ``nodes`` as they are now."""
         self._refresh(state, nodes)
-        return self._usable[nodes], self._enough[nodes], self._lost[nodes]
+        return (
+            self._usable.take(nodes, axis=0),
+            self._enough.take(nodes, axis=0),
+            self._lost.take(nodes, axis=0),
+        )
 
     def fragments(self, state: ClusterState, nodes: IntArray) -> IntArray:
         """Per node and typical pod, the fragment in milli (K,T): the idle milli, less what
@@ -380,20 +418,24 @@ class FragmentModel:
             return self._shared_few(state, pod, nodes.tolist())
         share = pod.gpu.milli
         self._refresh(state, nodes)
-        free = state.gpu_free[nodes]
-        at, slot = (self._first[nodes] & (free >= share)).nonzero()
-        rows = nodes[at]
-        f = free[at, slot].astype(_I32)[:, None]
+        free = state.gpu_free.take(nodes, axis=0)
+        width = free.shape[1]
+        # Flat: the (row, slot) pairs of a 2-D nonzero cost several times more.
+        flat = (self._first.take(nodes, axis=0) & (free >= share)).reshape(-1).nonzero()[0]
+        at = flat // width
+        slot = flat - at * width
+        rows = nodes.take(at)
+        f = free.reshape(-1).take(flat).astype(_I32)[:, None]
         big = f >= self._milli32[None, :]
         after_free = f - _I32(share)
         big_after = after_free >= self._milli32[None, :]
         # Usable milli after: this GPU's share leaves what it counted, its remainder
         # counts again where still big enough.
-        usable_after = self._usable[rows] - f * big + after_free * big_after
-        enough_after = self._enough[rows] - big + big_after
+        usable_after = self._usable.take(rows, axis=0) - f * big + after_free * big_after
+        enough_after = self._enough.take(rows, axis=0) - big + big_after
         allows = self._cpu_allows(state.cpu_free[rows] - pod.cpu_milli, rows)
         fits = allows & (enough_after >= self._count32[None, :])
-        kept = self._lost[rows] + np.where(fits, usable_after, 0)
+        kept = self._lost.take(rows, axis=0) + np.where(fits, usable_after, 0)
         decrease = np.asarray((kept + _I32(share)) @ self.weights, dtype=np.float64)
         return at, slot, decrease
 
@@ -427,7 +469,7 @@ class FragmentModel:
                 fit = np.searchsorted(
                     self._cpu_sorted, state.cpu_free[nodes] - pod.cpu_milli, "right"
                 )
-                return np.asarray(table[nodes, fit], dtype=np.float64)
+                return np.asarray(table.take(nodes * table.shape[1] + fit), dtype=np.float64)
         if len(nodes) <= FEW_NODES:
             return self._whole_few(state, pod, nodes.tolist())
         usable, enough, lost = self._base(state, nodes)
@@ -450,7 +492,7 @@ class FragmentModel:
         CPU requests fit what it leaves: ``decrease_if_whole``'s sum for each of them."""
         table, seen = self._whole[k]
         usable, enough, lost = self._base(state, nodes)
-        model_ok = self._cpu_needed[nodes] < _NEVER
+        model_ok = self._cpu_needed.take(nodes, axis=0) < _NEVER
         room = (enough - _I32(k) >= self._count32[None, :]) & model_ok
         fits = room[:, None, :] & self._cpu_fits_j[None, :, :]  # (S, T+1, T)
         diff = lost[:, None, :] + np.where(fits, usable[:, None, :], _I32(k * MILLI_PER_GPU))

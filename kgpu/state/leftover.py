@@ -91,7 +91,7 @@ class LeftoverModel:
         (a share that does not fit goes there)."""
         f = np.maximum(free, 0) // MILLI_STEP
         c = np.minimum(np.maximum(cpu_free, 0) // CPU_STEP, self._last_col)
-        return np.asarray(self.table[f, c], dtype=np.float64)
+        return np.asarray(self.table.take(f * self._cols + c), dtype=np.float64)
 
     def leftover_of(self, free: int, cpu_free: int) -> float:
         """``leftover`` of one GPU with ``free`` milli on a node with ``cpu_free`` milli-CPU:

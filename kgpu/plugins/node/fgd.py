@@ -19,7 +19,7 @@ from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
 from kgpu.plugins.node.gpu_slots import lowest_idle_gpus
 from kgpu.state.cluster import ClusterState
-from kgpu.state.fragmentation import FragmentModel, TypicalPod, best_per_node
+from kgpu.state.fragmentation import FEW_NODES, FragmentModel, TypicalPod, best_per_node
 
 
 class GpuMemo:
@@ -68,6 +68,16 @@ def sigmoid_score(decrease: FloatArray) -> FloatArray:
     return np.trunc(100.0 / (1.0 + np.exp(np.minimum(decrease / -1000.0, _EXP_BOUND))))
 
 
+def sigmoid_scores_of(decreases: list[float]) -> list[float]:
+    """``sigmoid_score`` of a few decreases, as Python floats: the same IEEE operations,
+    one by one, but for ``exp``, which stays numpy's (Python's may differ in the last bit).
+    A decrease is finite, so the quotient lies within 0..100 and truncating it through an
+    int is ``np.trunc``'s."""
+    bounded = [min(d / -1000.0, _EXP_BOUND) for d in decreases]
+    grown: list[float] = np.exp(np.array(bounded, dtype=np.float64)).tolist()
+    return [float(int(100.0 / (1.0 + e))) for e in grown]
+
+
 class FgdScore:
     name = names.FGD
     cacheable = True
@@ -92,13 +102,19 @@ class FgdScore:
     ) -> tuple[FloatArray, IntArray]:
         """Per node, the best integer score of a share over its GPUs and the lowest GPU with
         it; -1 and GPU 0 where no GPU has room."""
-        model = self.model(state)
-        classes = model.classes.split(state, nodes)
+        classes = self.model(state).classes.split(state, nodes)
         if classes is not None:
             first, inverse = classes
-            best, gpus = self.best_gpus(state, pod, first)
+            best, gpus = self._best_gpus_of(state, pod, first)
             return best[inverse], gpus[inverse]
-        at, slot, decrease = model.decrease_if_shared(state, pod, nodes)
+        return self._best_gpus_of(state, pod, nodes)
+
+    def _best_gpus_of(
+        self, state: ClusterState, pod: PodSpec, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray]:
+        """``best_gpus`` without the split into node states (``nodes`` are one of each
+        already, or too few or too varied for it: splitting again would find nothing)."""
+        at, slot, decrease = self.model(state).decrease_if_shared(state, pod, nodes)
         return best_per_node(at, slot, sigmoid_score(decrease), len(nodes), -1.0)
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
@@ -112,7 +128,10 @@ class FgdScore:
         if classes is not None:
             first, inverse = classes
             return sigmoid_score(model.decrease_if_whole(state, pod, first))[inverse]
-        return sigmoid_score(model.decrease_if_whole(state, pod, nodes))
+        decrease = model.decrease_if_whole(state, pod, nodes)
+        if len(nodes) <= FEW_NODES:  # a few: cheaper on Python floats, the same figures
+            return np.array(sigmoid_scores_of(decrease.tolist()), dtype=np.float64)
+        return sigmoid_score(decrease)
 
     def choose_gpus(self, state: ClusterState, pod: PodSpec, node: int) -> tuple[int, ...]:
         if pod.gpu.is_shared:

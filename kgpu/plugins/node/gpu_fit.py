@@ -26,18 +26,21 @@ from kgpu.model.gpu import GpuKind, GpuRequest
 from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.plugins import names
+from kgpu.plugins.node.filter_verdicts import asks_most, first_reasons, one_by_one
 from kgpu.state.cluster import ClusterState
 from kgpu.state.device_tables import gpu_need
 
 
-def allowed_model_mask(state: ClusterState, models: tuple[str, ...], nodes: IntArray) -> BoolArray:
-    """Nodes (of ``nodes``) whose GPU model is one of ``models``."""
+def allowed_model_mask(
+    state: ClusterState, models: tuple[str, ...], nodes: IntArray | None = None
+) -> BoolArray:
+    """Nodes (of ``nodes``, or of the whole cluster) whose GPU model is one of ``models``."""
     # A table over model ids (slot 0: no GPU model) turns the test into one gather.
     allowed = np.zeros(len(state.models) + 1, dtype=np.bool_)
     for model in models:
         if model in state.model_ids:
             allowed[state.model_ids[model] + 1] = True
-    return allowed[state.model_id[nodes] + 1]
+    return allowed[(state.model_id if nodes is None else state.model_id[nodes]) + 1]
 
 
 def gpu_needs(
@@ -45,8 +48,10 @@ def gpu_needs(
 ) -> tuple[BoolArray, IntArray, IntArray]:
     """Per node and GPU slot (K,G): can a GPU of that kind serve ``req`` at all, and the
     milli and MiB it takes there (the vector form of ``kgpu.state.device_tables.gpu_need``)."""
-    cap = state.gpu_mem_cap[nodes]
-    usable = state.gpu_exists[nodes]
+    # Rows by ``take``: indexing rows with an array copies them one by one, several times
+    # slower.
+    cap = state.gpu_mem_cap.take(nodes, axis=0)
+    usable = state.gpu_exists.take(nodes, axis=0)
     if req.kind is GpuKind.MPS:
         replicas = state.gpu_replicas[nodes]
         ok = (replicas > 1) & (replicas >= req.replicas)
@@ -67,12 +72,12 @@ def gpu_needs(
 def gpu_fits(state: ClusterState, req: GpuRequest, nodes: IntArray) -> tuple[BoolArray, BoolArray]:
     """(K,G): GPUs that can take ``req`` now, and GPUs that could if their memory allowed."""
     usable, milli, memory = gpu_needs(state, req, nodes)
-    free = state.gpu_free[nodes]
+    free = state.gpu_free.take(nodes, axis=0)
     if req.kind is GpuKind.GPU and req.milli == MILLI_PER_GPU:
         compute = usable & (free == MILLI_PER_GPU)  # idle compute means idle memory
         return compute, compute
     compute = usable & (free >= milli)
-    return compute & (state.gpu_mem_free[nodes] >= memory), compute
+    return compute & (state.gpu_mem_free.take(nodes, axis=0) >= memory), compute
 
 
 def row_fits(
@@ -123,7 +128,7 @@ class GpuFit:
                 return Verdicts.all_pass(len(nodes))
             if len(nodes) > _FEW_PLAIN:
                 return self._plain(cycle.state, req, nodes)
-            return Verdicts.from_reasons(
+            return one_by_one(
                 [_why_not_plain(cycle.state, req, n) for n in nodes.tolist()]
             )
         if len(nodes) <= _FEW_NODES:
@@ -172,10 +177,12 @@ class GpuFit:
     @staticmethod
     def _few(state: ClusterState, req: GpuRequest, nodes: IntArray) -> Verdicts:
         """The same verdicts as the array path, node by node."""
-        return Verdicts.from_reasons([_why_not(state, req, node) for node in nodes.tolist()])
+        return one_by_one([_why_not(state, req, node) for node in nodes.tolist()])
 
     @staticmethod
     def _plain(state: ClusterState, req: GpuRequest, nodes: IntArray) -> Verdicts:
+        if not state.odd_total and asks_most(state, nodes):
+            return GpuFit._plain_over_all(state, req, nodes)
         no_gpu = state.gpu_count[nodes] == 0
         wrong_model = ~allowed_model_mask(state, req.models, nodes) if req.models else None
         memory_short = None
@@ -212,6 +219,26 @@ class GpuFit:
         if memory_short is not None:
             verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, memory_short)
         return verdicts
+
+
+    @staticmethod
+    def _plain_over_all(state: ClusterState, req: GpuRequest, nodes: IntArray) -> Verdicts:
+        """``_plain``'s verdicts, its tests run over the whole cluster (``filter_verdicts``),
+        where no allocation's memory differs from its compute share (``odd_total``)."""
+        tests = [(reasons.NO_GPU, state.gpu_count == 0)]
+        if req.models:
+            tests.append((reasons.GPU_MODEL_MISMATCH, ~allowed_model_mask(state, req.models)))
+        if req.is_shared:
+            short = state.gpu_max_free < req.milli
+            short_reason = reasons.INSUFFICIENT_GPU_SHARE
+        else:
+            short = state.gpu_idle_count < req.count
+            short_reason = reasons.INSUFFICIENT_GPU
+        if state.gpu_unhealthy_total:  # as ``_reject_unhealthy``, before the shortage
+            healthy = _would_fit_healthy(req, state.gpu_idle_count, state.gpu_unhealthy)
+            tests.append((reasons.GPU_UNHEALTHY, short & healthy))
+        tests.append((short_reason, short))
+        return first_reasons(nodes, tests)
 
 
 def _why_not_plain(state: ClusterState, req: GpuRequest, node: int) -> Reason | None:
@@ -285,9 +312,10 @@ def _reject_unhealthy(
 
 def _short_of(state: ClusterState, req: GpuRequest, node: int) -> Reason:
     """Why ``node``, short of room for ``req``, cannot take it: the same rule, one node."""
-    idle, unhealthy = int(state.gpu_idle_count[node]), int(state.gpu_unhealthy[node])
-    if _would_fit_healthy(req, idle, unhealthy):
-        return reasons.GPU_UNHEALTHY
+    if state.gpu_unhealthy_total:  # only nodes with a Device can have any
+        idle, unhealthy = int(state.gpu_idle_count[node]), int(state.gpu_unhealthy[node])
+        if _would_fit_healthy(req, idle, unhealthy):
+            return reasons.GPU_UNHEALTHY
     return reasons.INSUFFICIENT_GPU_SHARE if req.is_shared else reasons.INSUFFICIENT_GPU
 
 

@@ -10,6 +10,7 @@ from kgpu.framework.interfaces import FilterPlugin, IntArray, Verdicts
 from kgpu.framework.status import Reason
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
+from kgpu.plugins.node.filter_verdicts import asks_most, first_reasons, one_by_one
 from kgpu.state.cluster import ClusterState
 
 # Up to this many nodes, a call judges each in Python: a cycle mostly re-checks the few
@@ -26,7 +27,16 @@ class NodeResourcesFit:
     def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
         state = cycle.state
         if len(nodes) <= _FEW_NODES:
-            return Verdicts.from_reasons([_why_not(state, pod, n) for n in nodes.tolist()])
+            return one_by_one([_why_not(state, pod, n) for n in nodes.tolist()])
+        if asks_most(state, nodes):
+            return first_reasons(
+                nodes,
+                (
+                    (reasons.TOO_MANY_PODS, state.pods >= state.max_pods),
+                    (reasons.INSUFFICIENT_CPU, state.cpu_free < pod.cpu_milli),
+                    (reasons.INSUFFICIENT_MEMORY, state.mem_free < pod.memory_mib),
+                ),
+            )
         full = state.pods[nodes] >= state.max_pods[nodes]
         short_cpu = state.cpu_free[nodes] < pod.cpu_milli
         short_mem = state.mem_free[nodes] < pod.memory_mib

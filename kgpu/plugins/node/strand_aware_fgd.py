@@ -45,7 +45,7 @@ from kgpu.framework.interfaces import FloatArray, GpuChoicePlugin, IntArray, Sco
 from kgpu.model.pod import PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.plugins import names
-from kgpu.plugins.node.fgd import FgdScore, sigmoid_score
+from kgpu.plugins.node.fgd import FgdScore, sigmoid_score, sigmoid_scores_of
 from kgpu.plugins.node.gpu_slots import lowest_idle_gpus
 from kgpu.state.cluster import ClusterState
 from kgpu.state.fragmentation import TypicalPod, best_per_node
@@ -166,18 +166,25 @@ class StrandAwareFgd:
         """Per node, the best score of the share over its GPUs and the lowest GPU with it
         (-inf and GPU 0 where none has room). A GPU's score: the integer score, then,
         below one point, the leftover drop and the tightness."""
-        model = self.fgd.model(state)
-        classes = model.classes.split(state, nodes)
+        classes = self.fgd.model(state).classes.split(state, nodes)
         if classes is not None:
             first, inverse = classes
-            best, gpus = self._best_gpus(state, pod, first)
+            best, gpus = self._best_gpus_of(state, pod, first)
             return best[inverse], gpus[inverse]
+        return self._best_gpus_of(state, pod, nodes)
+
+    def _best_gpus_of(
+        self, state: ClusterState, pod: PodSpec, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray]:
+        """``_best_gpus`` without the split into node states (``nodes`` are one of each
+        already, or too few or too varied for it: splitting again would find nothing)."""
+        model = self.fgd.model(state)
         at, slot, decrease = model.decrease_if_shared(state, pod, nodes)
         if len(at) <= FEW:
             return self._best_gpus_few(state, pod, nodes, at, slot, decrease)
         decrease = decrease + self.stranded_decrease(state, pod, nodes)[at]
         rows = nodes[at]
-        free = state.gpu_free[rows, slot]
+        free = state.gpu_free.take(rows * state.gpu_free.shape[1] + slot)
         kept = self.leftover_decrease(state, pod, free, state.cpu_free[rows])
         scores = sigmoid_score(decrease + kept)
         # A leftover lies within 0..1000 milli, so the drop within ±1000 maps into the span.
@@ -222,7 +229,7 @@ class StrandAwareFgd:
         best = [-np.inf] * len(nodes)
         gpus = [0] * len(nodes)
         seen = [False] * len(nodes)
-        scores = sigmoid_score(np.array(totals)).tolist()
+        scores = sigmoid_scores_of(totals)
         pairs = zip(at.tolist(), slots, scores, kepts, frees, strict=True)
         for i, gpu, value, kept, free in pairs:
             value = value + span * (kept + MILLI_PER_GPU)
@@ -247,12 +254,13 @@ class StrandAwareFgd:
     def _score_whole(self, state: ClusterState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         """``score`` of a pod of whole GPUs or none."""
         decrease = self.fgd.model(state).decrease_if_whole(state, pod, nodes)
+        if len(nodes) <= FEW:
+            scored = self._score_whole_few(state, pod, nodes.tolist(), decrease.tolist())
+            return np.array(scored, dtype=np.float64)
         score = sigmoid_score(decrease + self.stranded_decrease(state, pod, nodes))
         if pod.gpu.count:
             return score
         gpu_span, cpu_span = self._spans(state)
-        if len(nodes) <= FEW:
-            return np.array(self._spare_few(state, pod, nodes, score, gpu_span, cpu_span))
         idle_gpu = state.gpu_free_total[nodes] / gpu_span
         cpu_short = 1.0 - (state.cpu_free[nodes] - pod.cpu_milli) / cpu_span
         stranding = (idle_gpu + CPU_SPARE_WEIGHT * cpu_short) / (1.0 + CPU_SPARE_WEIGHT)
@@ -271,18 +279,21 @@ class StrandAwareFgd:
             self._spans_for = bound_to
         return self._spans_of
 
-    def _spare_few(
-        self,
-        state: ClusterState,
-        pod: PodSpec,
-        nodes: IntArray,
-        score: FloatArray,
-        gpu_span: int,
-        cpu_span: int,
+    def _score_whole_few(
+        self, state: ClusterState, pod: PodSpec, nodes: list[int], decrease: list[float]
     ) -> list[float]:
-        """``_score_whole``'s GPU-less tie-break on a few nodes, node by node."""
+        """``_score_whole`` of a few nodes, node by node: the same operations on Python
+        floats (the sigmoid's ``exp`` on numpy's, as ``sigmoid_scores_of`` says)."""
+        totals: list[float] = []
+        for node, base in zip(nodes, decrease, strict=True):
+            idle, cpu_free, mem_free = state.idle_room(node)
+            totals.append(base + self._stranded_drop(pod, idle, cpu_free, mem_free))
+        score = sigmoid_scores_of(totals)
+        if pod.gpu.count:
+            return score
+        gpu_span, cpu_span = self._spans(state)
         out: list[float] = []
-        for node, value in zip(nodes.tolist(), score.tolist(), strict=True):
+        for node, value in zip(nodes, score, strict=True):
             idle, cpu_free, _ = state.idle_room(node)
             idle_gpu = idle / gpu_span
             cpu_short = 1.0 - (cpu_free - pod.cpu_milli) / cpu_span
