@@ -39,6 +39,7 @@ COMPILED = [
     "kgpu/actions/reclaim.py",
     "kgpu/actions/victim_pool.py",
     "kgpu/actions/victims.py",
+    "kgpu/framework/best_nodes.py",
     "kgpu/framework/charges.py",
     "kgpu/framework/cycle.py",
     "kgpu/framework/scheduler.py",

@@ -57,6 +57,26 @@ def test_preemption_prefers_the_node_needing_fewer_victims() -> None:
     assert evicted(result) == ["b1"] and nominated(result) == [("high", "b")]
 
 
+@pytest.mark.parametrize("barred", ["selector", "taint", "cordon"])
+def test_preemption_frees_only_a_node_the_pod_may_go_to(barred: str) -> None:
+    """The node needing fewer victims is one the pod's selector, the node's taint or a
+    cordon keeps it off: the victims come from the other node."""
+    off = make_node("a").gpus(2).label("zone", "x")
+    if barred == "taint":
+        off = off.taint("dedicated", "other")
+    elif barred == "cordon":
+        off = off.cordoned()
+    snap = Snap([off.build(), make_node("b").gpus(2).label("zone", "y").build()], [QueueSpec("q")])
+    for name, node, gpus in (("a1", "a", 2), ("b1", "b", 1), ("b2", "b", 1)):
+        snap.job(name, "q", priority=0)
+        snap.running(make_pod(name).gpus(gpus), node=node, job=name)
+    snap.job("high", "q", priority=10)
+    high = make_pod("high").gpus(2)
+    snap.pending(high.selector("zone", "y") if barred == "selector" else high, job="high")
+    result = snap.run()
+    assert evicted(result) == ["b1", "b2"] and nominated(result) == [("high", "b")]
+
+
 def test_a_trial_eviction_puts_back_exactly_what_the_pod_held() -> None:
     # "recorded" holds half the GPU's compute but, as its allocation was read back, only
     # 1,000 MiB of its memory, not the 40,960 MiB a fresh half share takes. Every node
