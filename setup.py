@@ -65,6 +65,7 @@ COMPILED = [
     "kgpu/kube/snapshot/conversion_cache.py",
     "kgpu/kube/snapshot/kubelet_claims.py",
     "kgpu/kube/snapshot/session_input.py",
+    "kgpu/model/decision.py",
     "kgpu/model/fair_share.py",
     "kgpu/model/gpu.py",
     "kgpu/model/job.py",

@@ -33,12 +33,21 @@ MAX_NODES = 8  # nodes tried (trial evictions) per pod
 MAX_SCANNED = 24  # nodes whose units are judged per pod
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Choice:
     node: int
     units: list[Unit]
     victims: list[list[Task]]  # the pods of each unit
     cost: tuple[int, int, int]
+
+    # Written out, not generated: a generated __init__ is Python even in the compiled build.
+    def __init__(
+        self, node: int, units: list[Unit], victims: list[list[Task]], cost: tuple[int, int, int]
+    ) -> None:
+        self.node = node
+        self.units = units
+        self.victims = victims
+        self.cost = cost
 
 
 def make_room(

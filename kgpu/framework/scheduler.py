@@ -62,7 +62,7 @@ from kgpu.state.cluster import ClusterState
 _RERANKED = 256
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Placement:
     """The cycle's choice: a node and the GPU slots on it."""
 
@@ -71,14 +71,30 @@ class Placement:
     gpus: tuple[int, ...]
     score: float
 
+    # Written out, not generated: one a cycle, and the generated __init__ of a frozen
+    # dataclass is Python even in the compiled build (it sets each field through a call).
+    def __init__(self, pod: PodSpec, node: int, gpus: tuple[int, ...], score: float) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "score", score)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Unschedulable:
     """No node fits: the status and, when filters ran, how many nodes each reason rejected."""
 
     pod: PodSpec
     status: Status
     node_reasons: NodeReasons | None = None
+
+    # Written out, not generated: as ``Placement``'s.
+    def __init__(
+        self, pod: PodSpec, status: Status, node_reasons: NodeReasons | None = None
+    ) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "node_reasons", node_reasons)
 
     @property
     def message(self) -> str:
