@@ -474,12 +474,21 @@ class ClusterState:
             width = self._width
             start = n * width
             view = self._gpu_v
-            for g in gpus:
-                view[start + g] += milli
             free: list[int] = view[start : start + width].tolist()
+            for g in gpus:
+                free[g] += milli
+                view[start + g] = free[g]
             self._gpu_total_v[n] += milli * len(gpus)
-            self._idle_v[n] = free.count(MILLI_PER_GPU)
-            self._max_free_v[n] = max(free)
+            # One loop over the row for both figures: ``list.count`` and ``max`` are
+            # generic calls, each costing more than the loop compiled.
+            idle, most = 0, free[0]
+            for v in free:
+                if v == MILLI_PER_GPU:
+                    idle += 1
+                if v > most:
+                    most = v
+            self._idle_v[n] = idle
+            self._max_free_v[n] = most
             kind = 0 if gpu_milli < MILLI_PER_GPU else len(gpus)
             self._kinds_v[n * (width + 1) + kind] -= sign
             if gpu_memory[0]:  # GPUs of unknown memory (a trace) account none
