@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kgpu.actions.session_runner import SessionConfig, open_session
+from kgpu.actions.session_runner import ACTIONS, SessionConfig, open_session
 from kgpu.actions.victim_pool import VictimPool
 from kgpu.config import load_profile
 from kgpu.framework.session import Session
@@ -75,6 +75,35 @@ def test_preemption_frees_only_a_node_the_pod_may_go_to(barred: str) -> None:
     snap.pending(high.selector("zone", "y") if barred == "selector" else high, job="high")
     result = snap.run()
     assert evicted(result) == ["b1", "b2"] and nominated(result) == [("high", "b")]
+
+
+def test_each_running_pod_keeps_its_node_beside_it_through_trials() -> None:
+    """The session keeps the node of each running pod beside it (``JobInfo.running_nodes``,
+    read by the victim pools): trials that evict and put back, and evictions kept, leave
+    the two lists in step, in the pods' order."""
+    nodes = [make_node(n).gpus(4).build() for n in "abc"]
+    snap = Snap(nodes, [QueueSpec("q"), QueueSpec("r", deserved={"gpu": 8 * G})])
+    snap.job("gang", "q", min_member=3)
+    for i, node in enumerate("abc"):
+        snap.running(make_pod(f"gang-{i}").gpus(1), node=node, job="gang", started=float(i))
+    snap.job("elastic", "q", min_member=1)
+    for i, node in enumerate("cbab"):
+        snap.running(make_pod(f"el-{i}").gpus(1), node=node, job="elastic", started=float(i))
+    for i, node in enumerate("aabcc"):
+        snap.job(f"solo-{i}", "q")
+        snap.running(make_pod(f"solo-{i}").gpus(1), node=node, job=f"solo-{i}")
+    for name, prio, queue, gpus in (("high", 9, "q", 2), ("back", 0, "r", 3), ("more", 0, "r", 2)):
+        snap.job(name, queue, priority=prio)
+        snap.pending(make_pod(name).gpus(gpus), job=name)
+    session = open_session(
+        snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig()
+    )
+    for name in ("enqueue", "allocate", "reclaim", "preempt"):
+        ACTIONS[name]().execute(session)
+        for job in session.jobs:
+            held = [session.state.allocations[t.pod.key].node for t in job.running]
+            assert job.running_nodes == held, (name, job.key)
+    assert session.close().evictions  # trials were made, and some evictions kept
 
 
 def test_a_trial_eviction_puts_back_exactly_what_the_pod_held() -> None:

@@ -102,7 +102,7 @@ def make_room(
             # the bound is asked again of the units they kept.
             offered: list[tuple[Unit, list[Task]]] = []
             everything: list[Task] = []
-            for u in pool.by_node[node]:
+            for u in pool.on(node):
                 if (
                     u.job is job
                     or u.rank in refused
