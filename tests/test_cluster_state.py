@@ -176,6 +176,40 @@ def test_restamp_gives_a_trials_nodes_their_clocks_back_but_never_the_clock() ->
     assert state.clock == clock + 2  # stamps seen mid-trial are never seen again
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 5), st.booleans()), max_size=300))
+def test_the_nodes_changed_since_a_clock_are_those_whose_stamp_is_later(
+    steps: list[tuple[int, int, bool]],
+) -> None:
+    """``changed_since`` reads the latest ticks: the same nodes as comparing every stamp,
+    trials put back with ``restamp`` included, or None once too many ticks went by."""
+    state = ClusterState([make_node(f"n{i}").gpus(2).build() for i in range(6)])
+    seen = [0]
+    for i, (node, back, trial) in enumerate(steps):
+        pod = make_pod(f"p{i}").cpu(1).build()
+        if trial:
+            stamps = {node: state.stamp(node)}
+            state.release(state.allocate(pod, node).pod)
+            state.restamp(stamps)
+        else:
+            state.allocate(pod, node)
+        seen.append(state.clock)
+        since = seen[max(0, len(seen) - 1 - back * 7)]
+        found = state.changed_since(since, 16)
+        if found is None:
+            assert state.clock - since > 16
+        else:
+            assert found == np.flatnonzero(state.node_clock > since).tolist()
+
+
+def test_changes_older_than_the_kept_ticks_are_not_told() -> None:
+    state = ClusterState([make_node("n").gpus(1).build()])
+    for i in range(5000):
+        state.release(state.allocate(make_pod(f"p{i}").build(), 0).pod)
+    assert state.changed_since(0, 100_000) is None
+    assert state.changed_since(state.clock - 3, 100_000) == [0]
+
+
 def test_the_cards_nodes_offer_are_those_of_the_schedulable_ones_worked_out_once() -> None:
     a100 = make_node("a").gpus(8, "A100").label(PRODUCT_LABEL, "NVIDIA-A100-80GB")
     state = ClusterState(

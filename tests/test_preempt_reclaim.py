@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kgpu.actions.session_runner import SessionConfig, open_session
+from kgpu.actions.session_runner import ACTIONS, SessionConfig, open_session
 from kgpu.actions.victim_pool import VictimPool
 from kgpu.config import load_profile
 from kgpu.framework.session import Session
@@ -55,6 +55,55 @@ def test_preemption_prefers_the_node_needing_fewer_victims() -> None:
     snap.pending(make_pod("high").gpus(2), job="high")
     result = snap.run()
     assert evicted(result) == ["b1"] and nominated(result) == [("high", "b")]
+
+
+@pytest.mark.parametrize("barred", ["selector", "taint", "cordon"])
+def test_preemption_frees_only_a_node_the_pod_may_go_to(barred: str) -> None:
+    """The node needing fewer victims is one the pod's selector, the node's taint or a
+    cordon keeps it off: the victims come from the other node."""
+    off = make_node("a").gpus(2).label("zone", "x")
+    if barred == "taint":
+        off = off.taint("dedicated", "other")
+    elif barred == "cordon":
+        off = off.cordoned()
+    snap = Snap([off.build(), make_node("b").gpus(2).label("zone", "y").build()], [QueueSpec("q")])
+    for name, node, gpus in (("a1", "a", 2), ("b1", "b", 1), ("b2", "b", 1)):
+        snap.job(name, "q", priority=0)
+        snap.running(make_pod(name).gpus(gpus), node=node, job=name)
+    snap.job("high", "q", priority=10)
+    high = make_pod("high").gpus(2)
+    snap.pending(high.selector("zone", "y") if barred == "selector" else high, job="high")
+    result = snap.run()
+    assert evicted(result) == ["b1", "b2"] and nominated(result) == [("high", "b")]
+
+
+def test_each_running_pod_keeps_its_node_beside_it_through_trials() -> None:
+    """The session keeps the node of each running pod beside it (``JobInfo.running_nodes``,
+    read by the victim pools): trials that evict and put back, and evictions kept, leave
+    the two lists in step, in the pods' order."""
+    nodes = [make_node(n).gpus(4).build() for n in "abc"]
+    snap = Snap(nodes, [QueueSpec("q"), QueueSpec("r", deserved={"gpu": 8 * G})])
+    snap.job("gang", "q", min_member=3)
+    for i, node in enumerate("abc"):
+        snap.running(make_pod(f"gang-{i}").gpus(1), node=node, job="gang", started=float(i))
+    snap.job("elastic", "q", min_member=1)
+    for i, node in enumerate("cbab"):
+        snap.running(make_pod(f"el-{i}").gpus(1), node=node, job="elastic", started=float(i))
+    for i, node in enumerate("aabcc"):
+        snap.job(f"solo-{i}", "q")
+        snap.running(make_pod(f"solo-{i}").gpus(1), node=node, job=f"solo-{i}")
+    for name, prio, queue, gpus in (("high", 9, "q", 2), ("back", 0, "r", 3), ("more", 0, "r", 2)):
+        snap.job(name, queue, priority=prio)
+        snap.pending(make_pod(name).gpus(gpus), job=name)
+    session = open_session(
+        snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig()
+    )
+    for name in ("enqueue", "allocate", "reclaim", "preempt"):
+        ACTIONS[name]().execute(session)
+        for job in session.jobs:
+            held = [session.state.allocations[t.pod.key].node for t in job.running]
+            assert job.running_nodes == held, (name, job.key)
+    assert session.close().evictions  # trials were made, and some evictions kept
 
 
 def test_a_trial_eviction_puts_back_exactly_what_the_pod_held() -> None:

@@ -163,6 +163,58 @@ def test_cached_cycles_decide_exactly_as_uncached_ones(arrivals: list[tuple[int,
         assert decisions[0] == decisions[1], policy
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.integers(1, 4), st.integers(0, 3)),
+        min_size=5,
+        max_size=150,
+    ),
+    st.sampled_from(["bestfit", "kgpu"]),
+)
+def test_cycles_that_keep_a_shapes_ranking_decide_as_uncached_ones_as_pods_come_and_go(
+    arrivals: list[tuple[int, int, int]], policy: str
+) -> None:
+    """A shape picked again keeps its feasible nodes ranked (``BestNodes``); pods leaving
+    (scores falling, nodes feasible again), a trial put back (``restamp``) and new tie-break
+    ranks must leave every choice as a cycle that keeps nothing makes it."""
+    pods = [
+        PodSpec(PodKey(f"t/{i}"), cpu_milli=cpu * 1000, memory_mib=1024, gpu=_SHAPES[shape])
+        for i, (shape, cpu, _) in enumerate(arrivals)
+    ]
+    nodes = [
+        make_node(f"n{i}").cpu(64_000).gpus(8 if i % 2 else 4, "A100" if i % 3 else "T4").build()
+        for i in range(7)
+    ]
+    decisions = []
+    for use_cache in (True, False):
+        state = ClusterState(nodes)
+        sched = _scheduler(policy, pods)
+        sched.use_cache = use_cache
+        held: list[PodKey] = []
+        run: list[tuple[int, object, float] | str] = []
+        for i, (pod, (_, _, then)) in enumerate(zip(pods, arrivals, strict=True)):
+            outcome = sched.schedule(state, pod)
+            if isinstance(outcome, Placement):
+                state.allocate(pod, outcome.node, outcome.gpus)
+                held.append(pod.key)
+                run.append((outcome.node, outcome.gpus, outcome.score))
+            else:
+                run.append(outcome.message)
+            if then == 1 and held:  # a pod leaves
+                state.release(held.pop(i % len(held)))
+            elif then == 2 and held:  # a trial: a pod out and back, its node's clock back
+                key = held[i % len(held)]
+                node = state.allocations[key].node
+                stamps = {node: state.stamp(node)}
+                state.restore(state.release(key))
+                state.restamp(stamps)
+            elif then == 3 and i % 4 == 0:
+                sched.set_tie_rank(np.roll(np.arange(len(nodes)), i))
+        decisions.append(run)
+    assert decisions[0] == decisions[1]
+
+
 class _BestFitNormalisedEveryCycle:
     """Best-fit without ``normalize_keeps_best``: the framework then normalises and sums
     every cycle. (A wrapper, not a subclass: the compiled build's BestFit is a native class.)"""

@@ -133,8 +133,12 @@ class Allocate:
 
     def execute(self, session: Session) -> None:
         placer = placer_of(session)
-        self._serve(session, placer, gangs=True)
-        self._serve(session, placer, gangs=False)
+        # The jobs either pass may serve: the extras pass's are among the gang pass's, as
+        # placing only takes pods off ``pending``. (A walk of every job, of which most run
+        # with nothing pending, done once.)
+        jobs = [job for job in session.jobs if schedulable(session, job)]
+        self._serve(session, placer, jobs, gangs=True)
+        self._serve(session, placer, jobs, gangs=False)
         for job in session.jobs:
             if not job.spec.max_member:
                 continue
@@ -144,9 +148,11 @@ class Allocate:
                 status = Status(Code.UNSCHEDULABLE, (text,), "", "MaxMember")
                 session.note(job, status, job.pending[room:])
 
-    def _serve(self, session: Session, placer: Placer, gangs: bool) -> None:
+    def _serve(
+        self, session: Session, placer: Placer, jobs: list[JobInfo], gangs: bool
+    ) -> None:
         waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
-        for job in session.jobs:
+        for job in jobs:
             if not schedulable(session, job):
                 continue
             if best_effort(job.pending[0]) and all(best_effort(t) for t in job.pending):

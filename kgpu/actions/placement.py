@@ -16,10 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from kgpu.actions.claim_quota import claim_checks
-from kgpu.framework.cycle import CycleState
 from kgpu.framework.interfaces import FilterPlugin
 from kgpu.framework.scheduler import Outcome, Placement, Unschedulable
 from kgpu.framework.session import Session
@@ -168,16 +165,8 @@ class Placer:
         there, else None."""
         session = self.session
         scheduler, state = session.scheduler, session.state
-        if not self._roomy(pod, node):
+        if not self._roomy(pod, node) or not scheduler.passes(state, pod, node, extra):
             return None
-        cycle = CycleState(state, pod)
-        for pre in scheduler.pre_filters:
-            if not pre.pre_filter(cycle, pod).ok:
-                return None
-        nodes = np.array([node], dtype=np.int64)
-        for plugin in (*scheduler.filters, *extra):
-            if not bool(plugin.filter(cycle, pod, nodes).ok[0]):
-                return None
         return scheduler.gpu_choice.choose_gpus(state, pod, node) if pod.gpu.count else ()
 
     def _roomy(self, pod: PodSpec, node: int) -> bool:

@@ -33,12 +33,21 @@ MAX_NODES = 8  # nodes tried (trial evictions) per pod
 MAX_SCANNED = 24  # nodes whose units are judged per pod
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Choice:
     node: int
     units: list[Unit]
     victims: list[list[Task]]  # the pods of each unit
     cost: tuple[int, int, int]
+
+    # Written out, not generated: a generated __init__ is Python even in the compiled build.
+    def __init__(
+        self, node: int, units: list[Unit], victims: list[list[Task]], cost: tuple[int, int, int]
+    ) -> None:
+        self.node = node
+        self.units = units
+        self.victims = victims
+        self.cost = cost
 
 
 def make_room(
@@ -93,7 +102,7 @@ def make_room(
             # the bound is asked again of the units they kept.
             offered: list[tuple[Unit, list[Task]]] = []
             everything: list[Task] = []
-            for u in pool.by_node[node]:
+            for u in pool.on(node):
                 if (
                     u.job is job
                     or u.rank in refused

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kgpu.framework.best_nodes import BestNodes
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.interfaces import (
     FilterPlugin,
@@ -56,8 +57,12 @@ from kgpu.framework.status import Code, NodeReasons, Status
 from kgpu.model.pod import PodSpec
 from kgpu.state.cluster import ClusterState
 
+# More nodes than this evaluated again in one cycle drop the shape's ranking (``_rerank``):
+# pushing each costs more than making the ranking again.
+_RERANKED = 256
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Placement:
     """The cycle's choice: a node and the GPU slots on it."""
 
@@ -66,14 +71,30 @@ class Placement:
     gpus: tuple[int, ...]
     score: float
 
+    # Written out, not generated: one a cycle, and the generated __init__ of a frozen
+    # dataclass is Python even in the compiled build (it sets each field through a call).
+    def __init__(self, pod: PodSpec, node: int, gpus: tuple[int, ...], score: float) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "score", score)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Unschedulable:
     """No node fits: the status and, when filters ran, how many nodes each reason rejected."""
 
     pod: PodSpec
     status: Status
     node_reasons: NodeReasons | None = None
+
+    # Written out, not generated: as ``Placement``'s.
+    def __init__(
+        self, pod: PodSpec, status: Status, node_reasons: NodeReasons | None = None
+    ) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "node_reasons", node_reasons)
 
     @property
     def message(self) -> str:
@@ -118,6 +139,7 @@ class Scheduler:
         self.use_cache = use_cache
         self.cache = ShapeCache()
         self.tie_rank: IntArray | None = None
+        self._tie: list[int] | None = None  # ``tie_rank`` as Python ints, for rankings
         # isinstance() against a runtime-checkable Protocol costs microseconds: ask once.
         self._steps = tuple(
             _ScoreStep(
@@ -177,6 +199,8 @@ class Scheduler:
     def set_tie_rank(self, rank: IntArray | None) -> None:
         """Nodes with equal best totals go to the lowest rank; None: the lowest index."""
         self.tie_rank = None if rank is None else np.asarray(rank, dtype=np.int64)
+        self._tie = None if self.tie_rank is None else self.tie_rank.tolist()
+        self.cache.unrank()  # made with the ranks before
 
     # ------------------------------------------------------------------ the cycle
 
@@ -199,6 +223,28 @@ class Scheduler:
         found = self._decide(state, pod, extra)
         return found if isinstance(found, Placement) else None
 
+    def passes(
+        self, state: ClusterState, pod: PodSpec, node: int, extra: Sequence[FilterPlugin] = ()
+    ) -> bool:
+        """Whether ``pod`` passes every pre-filter and filter (and ``extra``) on ``node``.
+        The filters with static verdicts are read off those kept for the pod's placement
+        key, where a cycle left some: a trial of victims asks this after every eviction,
+        and those filters' answers never change."""
+        cycle = CycleState(state, pod)
+        for pre in self.pre_filters:
+            if not pre.pre_filter(cycle, pod).ok:
+                return False
+        filters: Sequence[FilterPlugin] = self.filters
+        if self._static_filters and self.use_cache:
+            self.cache.bind(state)
+            known = self.cache.statics.get(pod.placement_key)  # not a use: the LRU stays
+            if known is not None:
+                if not known.static_ok[node]:
+                    return False
+                filters = self.filters[len(self._static_filters) :]
+        nodes = np.array([node], dtype=np.int64)
+        return all(bool(f.filter(cycle, pod, nodes).ok[0]) for f in (*filters, *extra))
+
     def _decide(
         self, state: ClusterState, pod: PodSpec, extra: Sequence[FilterPlugin] = ()
     ) -> Placement | Unschedulable | ShapeEntry:
@@ -214,17 +260,50 @@ class Scheduler:
             alone = [*(f for f in self._pod_filters if f.judges_alone(pod)), *extra]
         if alone:
             entry = self._judged_alone(cycle, pod, entry, alone)
-        feasible = entry.feasible.nonzero()[0]
-        if len(feasible) == 0:
-            return entry
-        if self._best_only is not None:
-            best, top = self._pick_raw(feasible, entry, self._best_only)
-        elif self._lead is not None and entry.lead_only:
-            best, top = self._pick_raw(feasible, entry, self._lead)
+        raw = self._raw_step(entry)
+        ranking = self._ranking(entry, raw) if raw is not None and not alone else None
+        if raw is not None and ranking is not None:
+            found = ranking.best()
+            if found is None:
+                return entry
+            best, high, low = found
+            top = _raw_top(raw, high, low)
         else:
-            best, top = self._pick(feasible, self._total_scores(cycle, pod, entry, feasible))
+            feasible = entry.feasible.nonzero()[0]
+            if len(feasible) == 0:
+                return entry
+            if raw is not None:
+                best, top = self._pick_raw(feasible, entry, raw)
+            else:
+                best, top = self._pick(feasible, self._total_scores(cycle, pod, entry, feasible))
         gpus = self.gpu_choice.choose_gpus(state, pod, best) if pod.gpu.count else ()
         return Placement(pod, best, gpus, top)
+
+    def _raw_step(self, entry: ShapeEntry) -> _ScoreStep | None:
+        """The score whose raw figures the choice is read off for ``entry``'s shape, if
+        one is (see ``__init__``): then the best node is the one with the best raw score."""
+        if self._best_only is not None:
+            return self._best_only
+        if self._lead is not None and entry.lead_only:
+            return self._lead
+        return None
+
+    def _ranking(self, entry: ShapeEntry, step: _ScoreStep) -> BestNodes | None:
+        """``entry``'s feasible nodes ranked by ``step``'s raw score, made the second time
+        the shape is picked (a shape seen once, as where every pod is new, never pays for
+        one), or None: then the choice is read off the arrays."""
+        if entry.ranking is not None:
+            return entry.ranking
+        entry.picks += 1
+        if entry.picks < 2:
+            return None
+        feasible = entry.feasible.nonzero()[0]
+        scores: list[float] = entry.scores[step.plugin.name][feasible].tolist()
+        if not BestNodes.usable(scores):
+            return None
+        ranking = BestNodes(feasible.tolist(), scores, self._tie)
+        self.cache.rank(entry, ranking, BestNodes.most_bytes(len(entry.feasible)))
+        return ranking
 
     def _refresh(self, cycle: CycleState, pod: PodSpec) -> ShapeEntry:
         """Bring the shape's verdicts and cacheable scores up to date for changed nodes."""
@@ -306,6 +385,23 @@ class Scheduler:
             for step in self._cached_steps:
                 if step.plugin.name not in entry.zero_scores:
                     entry.scores[step.plugin.name][alive] = step.plugin.score(cycle, pod, alive)
+        if entry.ranking is not None:
+            self._rerank(entry, nodes, alive)
+
+    def _rerank(self, entry: ShapeEntry, nodes: IntArray, alive: IntArray) -> None:
+        """Tell ``entry``'s ranking what ``nodes`` (of which ``alive`` are feasible) score
+        now; past a few hundred nodes it is dropped instead, and made again once asked."""
+        ranking, step = entry.ranking, self._raw_step(entry)
+        if ranking is None or step is None or len(nodes) > _RERANKED:
+            self.cache.rank(entry, None)
+            return
+        scores: list[float] = entry.scores[step.plugin.name][alive].tolist()
+        if not BestNodes.usable(scores):
+            self.cache.rank(entry, None)
+            return
+        now: dict[int, float] = dict(zip(alive.tolist(), scores, strict=True))
+        listed: list[int] = nodes.tolist()
+        ranking.update(listed, [now.get(n) for n in listed])
 
     def _static_pass(
         self, cycle: CycleState, pod: PodSpec, entry: ShapeEntry, nodes: IntArray
@@ -407,6 +503,13 @@ class Scheduler:
         top = self.cache.reasons[int(np.argmax(counts))].code if len(counts) else "NoNodes"
         status = Status(Code.UNSCHEDULABLE, (reasons.message(),), reason_code=top)
         return Unschedulable(pod, status, reasons)
+
+
+def _raw_top(step: _ScoreStep, high: float, low: float) -> float:
+    """``_pick_raw``'s total for the best node, from the best and the lowest raw score."""
+    if step.normalize is None:
+        return high + 0.0
+    return (step.weight * 100.0 if low < high else 0.0) + 0.0
 
 
 def _keeps_best(plugin: ScorePlugin) -> bool:

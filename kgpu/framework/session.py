@@ -187,7 +187,7 @@ class Session:
             job = self._new_job(spec or JobSpec(JobKey(name)), found=spec is not None)
             jobs.append(job)
             job_named[name] = job
-            running, pending = job.running, job.pending
+            running, nodes, pending = job.running, job.running_nodes, job.pending
             cpu = memory = gpu = 0
             carded = False  # a pod names a card: read below, once the job's pods are sorted
             for task in group:
@@ -199,6 +199,7 @@ class Session:
                     pending.append(task)
                     continue
                 running.append(task)
+                nodes.append(alloc.node)
                 cpu += alloc.cpu_milli
                 memory += alloc.memory_mib
                 gpu += mig(alloc) if alloc.mig_count else alloc.gpu_milli * len(alloc.gpus)
@@ -508,6 +509,7 @@ class Session:
             self.dra.release(task.pod.key)
         self.ledger.charge(job.queue, vec, -1)
         del job.running[index]
+        del job.running_nodes[index]
         self.releases += 1
         self.new_room_mark()
         return job, alloc, vec, index
@@ -517,6 +519,7 @@ class Session:
         self._dra_undo(op.task.pod.key)
         self.ledger.charge(op.job.queue, op.vec)
         op.job.running.insert(op.index, op.task)
+        op.job.running_nodes.insert(op.index, op.alloc.node)
 
     def note(self, job: JobInfo, status: Status, tasks: Sequence[Task] | None = None) -> None:
         """Why ``tasks`` (all the job's pending pods by default) wait; the last word stays."""

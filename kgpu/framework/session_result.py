@@ -27,11 +27,20 @@ from kgpu.model.resources import BASE, Vector
 from kgpu.state.records import Allocation
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Pending:
     pod: PodKey
     status: Status
     message: str
+
+    # Written out, not generated: a session closes with one per waiting pod, tens of
+    # thousands, and the generated __init__ of a frozen dataclass is Python even in the
+    # compiled build (it sets each field through a call); compiled, this is several times
+    # cheaper, and the record as frozen as before.
+    def __init__(self, pod: PodKey, status: Status, message: str) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "message", message)
 
 
 @dataclass(frozen=True, slots=True)

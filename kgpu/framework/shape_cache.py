@@ -7,8 +7,13 @@ since; the rest are read back. This is what lets a cycle score every node of a 5
 cluster without redoing 5,000 nodes of work per pod.
 
 The nodes that changed are those whose ``node_clock`` stamp is later than the state's
-``clock`` when the entry was last brought up to date: one comparison over the nodes, with
-no log of changes that grows with every placement.
+``clock`` when the entry was last brought up to date: read off the state's latest ticks
+(``ClusterState.changed_since``, a bounded log) when a few went by since, as they mostly
+have, else found by one comparison over the nodes.
+
+A shape picked again also keeps its feasible nodes ranked by the score its choice is read
+off (:mod:`kgpu.framework.best_nodes`), so that its cycles find the best node without a
+pass over every feasible one; the budget counts the ranking's bytes too.
 
 An entry holds a few arrays over every node (130 KB at 5,000 nodes), so the cache is
 bounded by bytes as well as by entries: a cluster where every pod asks for something a
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kgpu.framework.best_nodes import BestNodes
 from kgpu.framework.interfaces import BoolArray, FloatArray, IntArray
 from kgpu.framework.status import Reason
 from kgpu.state.cluster import ClusterState
@@ -46,6 +52,11 @@ class ShapeEntry:
     # Every score but the profile's first is among those: the choice is read off the
     # first's raw scores (``Scheduler``).
     lead_only: bool = False
+    # The feasible nodes by the raw score the choice is read off, made once the shape is
+    # picked for a second time (``Scheduler._ranking``), and what the cache counts for it.
+    picks: int = 0
+    ranking: BestNodes | None = None
+    ranking_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +69,15 @@ class StaticVerdicts:
 
 
 STATIC_CAPACITY = 256
+# Up to this many ticks of the state since an entry's last cycle, its changed nodes are
+# read off the state's latest ticks rather than found by comparing every node's stamp.
+_FEW_TICKS = 64
 BYTES_BUDGET = 64 * 1024 * 1024
 
 
 def _entry_bytes(entry: ShapeEntry) -> int:
     arrays = (entry.feasible, entry.reason_idx, entry.static_ok, *entry.scores.values())
-    return sum(a.nbytes for a in arrays)
+    return sum(a.nbytes for a in arrays) + entry.ranking_bytes
 
 
 class ShapeCache:
@@ -114,7 +128,11 @@ class ShapeCache:
         if state.clock == entry.seen_at:
             return entry, self._no_nodes
         # Exactly the changed nodes, however many: plugins gather their inputs by node
-        # index either way, so a subset never costs more than all nodes.
+        # index either way, so a subset never costs more than all nodes. Mostly a node or
+        # two changed since a shape's last cycle: the state's latest ticks tell which.
+        few = state.changed_since(entry.seen_at, _FEW_TICKS)
+        if few is not None:
+            return entry, np.array(few, dtype=np.int64)
         return entry, (state.node_clock > entry.seen_at).nonzero()[0]
 
     def store(self, shape: object, entry: ShapeEntry) -> None:
@@ -123,11 +141,27 @@ class ShapeCache:
             self._bytes -= _entry_bytes(old)
         self.entries[shape] = entry
         self._bytes += _entry_bytes(entry)
+        self._shrink()
+
+    def rank(self, entry: ShapeEntry, ranking: BestNodes | None, nbytes: int = 0) -> None:
+        """Give ``entry`` (the last looked up) ``ranking``, or take its ranking away (None),
+        within the budget: the least recently used other entries go if it is passed."""
+        self._bytes += nbytes - entry.ranking_bytes
+        entry.ranking, entry.ranking_bytes = ranking, nbytes
+        self._shrink()
+
+    def _shrink(self) -> None:
         while len(self.entries) > 1 and (
             len(self.entries) > self.capacity or self._bytes > self.max_bytes
         ):
             _, evicted = self.entries.popitem(last=False)
             self._bytes -= _entry_bytes(evicted)
+
+    def unrank(self) -> None:
+        """Take every entry's ranking away (the tie-break ranks they were made with changed)."""
+        for entry in self.entries.values():
+            self._bytes -= entry.ranking_bytes
+            entry.ranking, entry.ranking_bytes = None, 0
 
     def static_verdicts(self, key: object) -> StaticVerdicts | None:
         found = self.statics.get(key)

@@ -35,12 +35,26 @@ class Reason:
     phrase: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Status:
     code: Code = Code.SUCCESS
     reasons: tuple[str, ...] = ()
     plugin: str = ""
     reason_code: str = ""
+
+    # Written out, not generated: the generated __init__ of a frozen dataclass is Python
+    # even in the compiled build (it sets each field through a call).
+    def __init__(
+        self,
+        code: Code = Code.SUCCESS,
+        reasons: tuple[str, ...] = (),
+        plugin: str = "",
+        reason_code: str = "",
+    ) -> None:
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "reasons", reasons)
+        object.__setattr__(self, "plugin", plugin)
+        object.__setattr__(self, "reason_code", reason_code)
 
     @property
     def ok(self) -> bool:

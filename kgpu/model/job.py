@@ -81,13 +81,15 @@ class JobInfo:
     """A job during one session: its tasks by state and what the session did with them.
 
     ``running`` are the tasks holding resources when the session opened and not evicted
-    since; ``placed`` the tasks the session gave a node (bound or pipelined); ``pending``
-    the tasks still waiting, in the order they are to be tried.
+    since, and ``running_nodes`` the node of each, in the same order (the session keeps
+    them together); ``placed`` the tasks the session gave a node (bound or pipelined);
+    ``pending`` the tasks still waiting, in the order they are to be tried.
     """
 
     spec: JobSpec
     queue: int  # index in the session's QueueTree, -1 if the queue is unusable
     running: list[Task]
+    running_nodes: list[int]
     pending: list[Task]
     placed: list[Task]
     admitted: bool
@@ -104,10 +106,14 @@ class JobInfo:
         placed: list[Task] | None = None,
         admitted: bool = True,
         problem: str = "",
+        running_nodes: list[int] | None = None,
     ) -> None:
         self.spec = spec
         self.queue = queue
         self.running = [] if running is None else running
+        self.running_nodes = [] if running_nodes is None else running_nodes
+        if len(self.running_nodes) != len(self.running):
+            raise ValueError(f"job {spec.key}: a node for each running task, not {running_nodes}")
         self.pending = [] if pending is None else pending
         self.placed = [] if placed is None else placed
         self.admitted = admitted

@@ -124,6 +124,10 @@ class ClusterState:
         self.serial = next(_serials)
         self.clock = 0
         self.node_clock = np.zeros(n, dtype=np.int64)
+        # The node of each of the latest ticks (``changed_since``): a cache that looked at
+        # clock t a few ticks ago finds what changed since without comparing every stamp.
+        self._ticks: list[int] = []
+        self._ticks_from = 0  # the clock before the first of ``_ticks``
         self._label_masks: dict[tuple[str, str], BoolArray] = {}
         self._offered_cards: dict[str, int] | None = None  # made when first asked
 
@@ -214,6 +218,17 @@ class ClusterState:
     def stamp(self, node: int) -> int:
         """``node``'s ``node_clock``: the ``clock`` of its last change."""
         return self._clock_v[node]
+
+    def changed_since(self, clock: int, most: int) -> list[int] | None:
+        """The nodes whose ``node_clock`` is later than ``clock`` (ascending), found from
+        the latest ticks if there are at most ``most`` of them since, else None: then
+        ``node_clock > clock`` over every node costs less. (A trial's nodes whose stamps
+        ``restamp`` put back are ticks that show no change.)"""
+        if self.clock - clock > most or clock < self._ticks_from:
+            return None
+        stamps = self._clock_v
+        start = clock - self._ticks_from
+        return sorted({n for n in self._ticks[start:] if stamps[n] > clock})
 
     def node_gpus_free(self, node: int) -> list[int]:
         return [int(v) for v in self.gpu_free[node, : self.gpu_count[node]]]
@@ -459,12 +474,21 @@ class ClusterState:
             width = self._width
             start = n * width
             view = self._gpu_v
-            for g in gpus:
-                view[start + g] += milli
             free: list[int] = view[start : start + width].tolist()
+            for g in gpus:
+                free[g] += milli
+                view[start + g] = free[g]
             self._gpu_total_v[n] += milli * len(gpus)
-            self._idle_v[n] = free.count(MILLI_PER_GPU)
-            self._max_free_v[n] = max(free)
+            # One loop over the row for both figures: ``list.count`` and ``max`` are
+            # generic calls, each costing more than the loop compiled.
+            idle, most = 0, free[0]
+            for v in free:
+                if v == MILLI_PER_GPU:
+                    idle += 1
+                if v > most:
+                    most = v
+            self._idle_v[n] = idle
+            self._max_free_v[n] = most
             kind = 0 if gpu_milli < MILLI_PER_GPU else len(gpus)
             self._kinds_v[n * (width + 1) + kind] -= sign
             if gpu_memory[0]:  # GPUs of unknown memory (a trace) account none
@@ -478,6 +502,11 @@ class ClusterState:
             self._apply_devices(alloc, sign)
         self.clock += 1
         self._clock_v[n] = self.clock
+        ticks = self._ticks
+        ticks.append(n)
+        if len(ticks) > 4096:  # the older half goes: a cache that far behind compares stamps
+            del ticks[:2048]
+            self._ticks_from += 2048
 
     def _apply_devices(self, alloc: Allocation, sign: int) -> None:
         n = alloc.node

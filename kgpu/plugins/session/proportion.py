@@ -168,28 +168,52 @@ class Proportion:
                 sides.append(mine)
             return side_index[mine], tuple(v for v in theirs if v != q)
 
+        # Which queues are over their share (dominant ratio past 1), as of the ledger's
+        # version ``over_at``; ``flips`` counts the changes of any of them. What
+        # ``over_by_side`` finds depends on nothing else, and most changes to accounts
+        # (a trial's evictions, put back; a pod placed) leave every queue on its side of 1.
+        over: list[bool] = []
+        over_at = [-1]
+        flips = [0]
+
+        def over_now() -> list[bool]:
+            if over_at[0] == ledger.version:
+                return over
+            if not over:
+                over.extend([ratio(q) > 1.0 for q in range(len(tree))])
+            else:
+                seen, changed = over_at[0], ledger.changed
+                for q in range(len(over)):
+                    if changed[q] > seen:  # its account changed since: look again
+                        now = ratio(q) > 1.0
+                        if now != over[q]:
+                            over[q] = now
+                            flips[0] += 1
+            over_at[0] = ledger.version
+            return over
+
         def over_by_side(own: int, candidates: set[int]) -> dict[int, set[int]]:
             """Of ``candidates``, the leaves whose path below their common ancestor with
             ``own`` is over its share, by the index of ``own``'s side below it."""
             table = routes.setdefault(own, {})
             out: dict[int, set[int]] = {}
+            flags = over_now()
             for q in candidates:  # each verdict stands alone: the order does not matter
-                if q == own or q < 0 or ratio(q) <= 1.0:
+                if q == own or q < 0 or not flags[q]:
                     continue
                 found = table.get(q)
                 if found is None:
                     found = table[q] = route(own, q)
                 side, above = found
                 for v in above:
-                    if ratio(v) <= 1.0:
+                    if not flags[v]:
                         break
                 else:
                     out.setdefault(side, set()).add(q)
             return out
 
-        # ``over_by_side`` per reclaimer's queue, with the ledger's version and candidates
-        # it was worked out at: a queue's jobs are mostly asked about one after another
-        # with no account changed between (half the questions of a session).
+        # ``over_by_side`` per reclaimer's queue, with the count of flips and the
+        # candidates it was worked out at: it stands until a queue crosses its share.
         overs: dict[int, tuple[int, frozenset[int], dict[int, set[int]]]] = {}
 
         def reclaim_from(reclaimer: JobInfo, candidates: set[int]) -> set[int]:
@@ -198,8 +222,9 @@ class Proportion:
             takes from: it looks at the resources each unit holds)."""
             own = reclaimer.queue
             found = overs.get(own)
-            if found is None or found[0] != ledger.version or found[1] != candidates:
-                found = (ledger.version, frozenset(candidates), over_by_side(own, candidates))
+            over_now()
+            if found is None or found[0] != flips[0] or found[1] != candidates:
+                found = (flips[0], frozenset(candidates), over_by_side(own, candidates))
                 overs[own] = found
             out: set[int] = set()
             need: Vector | None = None
