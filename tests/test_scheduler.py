@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kgpu.config import load_profile
@@ -172,10 +172,13 @@ def test_cached_cycles_decide_exactly_as_uncached_ones(arrivals: list[tuple[int,
     ),
     st.sampled_from(["bestfit", "kgpu"]),
 )
+# Runs of one shape (rankings are made a few picks into a run), then every change.
+@example([(0, 1, 0)] * 4 + [(0, 2, 1), (0, 1, 2), (0, 1, 3), (0, 3, 1)] * 3, "kgpu")
+@example([(3, 1, 0)] * 4 + [(3, 2, 2), (3, 1, 1), (3, 1, 3), (4, 1, 0)] * 3, "bestfit")
 def test_cycles_that_keep_a_shapes_ranking_decide_as_uncached_ones_as_pods_come_and_go(
     arrivals: list[tuple[int, int, int]], policy: str
 ) -> None:
-    """A shape picked again keeps its feasible nodes ranked (``BestNodes``); pods leaving
+    """A shape picked in a run keeps its feasible nodes ranked (``BestNodes``); pods leaving
     (scores falling, nodes feasible again), a trial put back (``restamp``) and new tie-break
     ranks must leave every choice as a cycle that keeps nothing makes it."""
     pods = [

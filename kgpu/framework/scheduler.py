@@ -58,8 +58,12 @@ from kgpu.model.pod import PodSpec
 from kgpu.state.cluster import ClusterState
 
 # More nodes than this evaluated again in one cycle drop the shape's ranking (``_rerank``):
-# pushing each costs more than making the ranking again.
-_RERANKED = 256
+# pushing each costs more than the passes over the arrays it would save.
+_RERANKED = 64
+# A shape's ranking is made once it was picked this many times in a row with at most
+# ``_FEW_CHANGED`` nodes changed since its pick before (``_ranking``).
+_STREAK = 2
+_FEW_CHANGED = 2
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -289,13 +293,15 @@ class Scheduler:
         return None
 
     def _ranking(self, entry: ShapeEntry, step: _ScoreStep) -> BestNodes | None:
-        """``entry``'s feasible nodes ranked by ``step``'s raw score, made the second time
-        the shape is picked (a shape seen once, as where every pod is new, never pays for
-        one), or None: then the choice is read off the arrays."""
+        """``entry``'s feasible nodes ranked by ``step``'s raw score, or None: then the
+        choice is read off the arrays. A ranking is made once the shape is picked a few
+        times in a row with hardly a node changed in between (a job's tasks one after
+        another): there each pick costs it a push or two instead of a pass over every
+        feasible node. Where shapes take turns (a replay's arrivals), many nodes change
+        between a shape's picks, and pushing them costs more than the pass it saves."""
         if entry.ranking is not None:
             return entry.ranking
-        entry.picks += 1
-        if entry.picks < 2:
+        if entry.streak < _STREAK:
             return None
         feasible = entry.feasible.nonzero()[0]
         scores: list[float] = entry.scores[step.plugin.name][feasible].tolist()
@@ -321,6 +327,7 @@ class Scheduler:
             self._evaluate(cycle, pod, entry, stale, fresh=True)
         else:
             entry = found
+            entry.streak = entry.streak + 1 if len(stale) <= _FEW_CHANGED else 0
             if len(stale):
                 self._evaluate(cycle, pod, entry, stale, fresh=False)
         entry.seen_at = state.clock

@@ -52,9 +52,10 @@ class ShapeEntry:
     # Every score but the profile's first is among those: the choice is read off the
     # first's raw scores (``Scheduler``).
     lead_only: bool = False
-    # The feasible nodes by the raw score the choice is read off, made once the shape is
-    # picked for a second time (``Scheduler._ranking``), and what the cache counts for it.
-    picks: int = 0
+    # The feasible nodes by the raw score the choice is read off (``Scheduler._ranking``),
+    # what the cache counts for it, and how many of the shape's picks in a row found
+    # hardly a node changed since the one before (a ranking is made after a few).
+    streak: int = 0
     ranking: BestNodes | None = None
     ranking_bytes: int = 0
 
