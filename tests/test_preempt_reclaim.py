@@ -389,3 +389,31 @@ def test_queues_to_reclaim_from_follow_what_the_reclaimer_still_needs() -> None:
     assert session.callbacks.victim_queues(grow, {v}) == set()  # v is down to its fair share
     statement.discard()
     assert session.callbacks.victim_queues(grow, {v}) == {v}
+
+
+def test_a_pools_units_of_some_queues_come_in_victim_order_however_often_read() -> None:
+    # Searches read a merge of some queues' units as far as they need, and later searches
+    # for the same queues read it again: each reads every unit of those queues once, in
+    # the pool's order, and none of another queue.
+    snap = Snap([make_node("a").gpus(8).build()], [QueueSpec(q) for q in ("x", "y", "z")])
+    for i, queue in enumerate(("x", "y", "z", "x", "z", "y", "x")):
+        snap.job(f"j{i}", queue)
+        snap.running(make_pod(f"j{i}").gpus(1), node="a", job=f"j{i}", started=float(i))
+    session = open_session(snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig())
+    pool = VictimPool(session, session.jobs)
+    named = {session.tree.name(u.job.queue): u.job.queue for u in pool.units}
+    queues = {named["x"], named["z"]}
+
+    def read(limit: int) -> list[str]:
+        order, out = pool.order(queues), list[str]()
+        while len(out) < limit and (unit := order.at(len(out))) is not None:
+            out.append(unit.job.key)
+        return out
+
+    wanted = [u.job.key for u in pool.units if u.job.queue in queues]
+    assert len(wanted) == 5 and len(pool.units) == 7
+    assert read(2) == wanted[:2]  # a search that stopped early
+    assert read(99) == wanted  # a later one reads on past it
+    assert read(99) == wanted
+    everything = pool.order(None)
+    assert [everything.at(i) for i in range(8)] == [*pool.units, None]

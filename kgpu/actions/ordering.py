@@ -62,7 +62,11 @@ class QueuePicker:
             if keep and not moved:
                 break  # ``q`` and the queues above it stay where they are, as they were
             heap = self.heaps[tree.parent[q]]
-            heapq.heappop(heap)  # ``q`` is on top: it was picked and nothing moved since
+            # ``q`` is on top: it was picked and nothing moved since. Re-keyed in one sift,
+            # not a pop and a push (keys end in the queue's name: unique, so the order
+            # of picks is the keys' whatever the heap's layout).
             if keep:
-                heapq.heappush(heap, (self.session.callbacks.queue_key(q), q))
+                heapq.heapreplace(heap, (self.session.callbacks.queue_key(q), q))
+            else:
+                heapq.heappop(heap)
         self._path = []

@@ -50,6 +50,7 @@ class Reclaim:
             if tree.is_leaf(q) and dominant_ratio(ledger.allocated[q], ledger.fair[q]) > 1
         }
         pool = VictimPool(session, [j for j in session.jobs if j.queue in over])
+        candidates = set(pool.by_queue)  # read by the plugins, never changed: made once
         picker = QueuePicker(session, waiting)
         failures = Failures()  # what failed stays failed for the action (see preempt)
         while (leaf := picker.pick()) is not None:
@@ -58,7 +59,7 @@ class Reclaim:
             if not failures.known(session, job, leaf) and session.callbacks.may_reclaim(
                 job, session.need(job)
             ):
-                givers = session.callbacks.victim_queues(job, set(pool.by_queue))
+                givers = session.callbacks.victim_queues(job, candidates)
                 message = f"reclaimed by queue {tree.name(leaf)} for {job.key}"
                 if not givers or not take_room(session, placer, job, pool, True, message, givers):
                     failures.add(session, job, leaf)

@@ -11,7 +11,7 @@ are in no unit. Which units to evict for a pod, and where, is :mod:`kgpu.actions
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kgpu.framework.session import Session
@@ -201,6 +201,8 @@ class VictimPool:
         # Per request and victims' queues: the nodes ``_may_fit`` turned down, with their
         # clocks then (``hopeless``).
         self._hopeless: dict[tuple[object, ...], dict[int, int]] = {}
+        # Per set of victims' queues, their units in order as far as searches read (``order``).
+        self._orders: dict[frozenset[int], Order] = {}
         units, by_node = self.units, self._by_node
         for buckets in (extras, gangs):
             for head in sorted(buckets):
@@ -215,6 +217,7 @@ class VictimPool:
                             by_node[node] = [unit]
                         else:
                             found.append(unit)
+        self._all = Order(units, [])
 
     def on(self, node: int) -> list[Unit]:
         """The units whose pods ran on ``node`` when the pool was made, in victim order."""
@@ -278,28 +281,54 @@ class VictimPool:
             found = self._hopeless[key] = {}
         return found
 
-    def stream(self, queues: set[int] | None) -> Iterable[Unit]:
-        """The units of ``queues`` (all if None), in victim order."""
+    def order(self, queues: set[int] | None) -> Order:
+        """The units of ``queues`` (all if None), in victim order, as far as read. Kept for
+        the pool's life by the set of queues: reclaim's jobs of one queue mostly ask the
+        same, and a search reads only the first few units of each."""
         if queues is None:
-            return self.units
-        return _merged([self.by_queue[q] for q in sorted(queues) if q in self.by_queue])
+            return self._all
+        key = frozenset(queues)
+        found = self._orders.get(key)
+        if found is None:
+            found = self._orders[key] = Order(
+                [], [self.by_queue[q] for q in sorted(queues) if q in self.by_queue]
+            )
+        return found
 
 
-def _merged(lists: list[list[Unit]]) -> Iterator[Unit]:
-    """The units of ``lists`` (each in rank order) in rank order: ``heapq.merge``'s work,
-    but compiled with the rest (``heapq.merge`` is Python, with a call of its key a unit,
-    and searches mostly stop after a few units of a merge of some twenty queues)."""
-    heap = [(units[0].rank, i) for i, units in enumerate(lists) if units]
-    heapq.heapify(heap)
-    at = [0] * len(lists)
-    while heap:
+class Order:
+    """Units of some queues in rank order, merged from each queue's list (in rank order)
+    as far as read: ``heapq.merge``'s work, compiled with the rest, and read again by later
+    searches for the price of an index (a fresh merge of some ten queues cost more than
+    the few units a search reads)."""
+
+    __slots__ = ("_at", "_heap", "_lists", "units")
+
+    def __init__(self, units: list[Unit], lists: list[list[Unit]]) -> None:
+        self.units = units  # merged so far
+        self._lists = lists
+        self._heap = [(found[0].rank, i) for i, found in enumerate(lists) if found]
+        heapq.heapify(self._heap)
+        self._at = [0] * len(lists)
+
+    def at(self, index: int) -> Unit | None:
+        """The unit at ``index`` in rank order (read in turn: at most one past those read
+        before), or None past the last."""
+        units = self.units
+        if index < len(units):
+            return units[index]
+        heap = self._heap
+        if not heap:
+            return None
         i = heap[0][1]
-        units = lists[i]
-        here = at[i]
-        yield units[here]
+        found = self._lists[i]
+        here = self._at[i]
+        unit = found[here]
         here += 1
-        at[i] = here
-        if here < len(units):
-            heapq.heapreplace(heap, (units[here].rank, i))
+        self._at[i] = here
+        if here < len(found):
+            heapq.heapreplace(heap, (found[here].rank, i))
         else:
             heapq.heappop(heap)
+        units.append(unit)
+        return unit

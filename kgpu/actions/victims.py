@@ -77,7 +77,10 @@ def make_room(
     seen: set[int] = set()
     hopeless, state = pool.hopeless(pod, queues), session.state
     # Nodes come in the order of their first unit, found walking the units in order.
-    for first in pool.stream(queues):
+    order = pool.order(queues)
+    at = 0
+    while (first := order.at(at)) is not None:
+        at += 1
         if tried >= MAX_NODES or scanned >= MAX_SCANNED:
             break
         if best is not None and best.cost[0] == 1 and first.rank >= best.cost[1]:

@@ -155,18 +155,22 @@ class Proportion:
         side_index: dict[tuple[int, ...], int] = {}
         routes: dict[int, dict[int, tuple[int, tuple[int, ...]]]] = {}
 
+        paths = tree.path  # the tree stands for the session
+
         def route(own: int, q: int) -> tuple[int, tuple[int, ...]]:
             # ``tree.lca_below`` without its sets: paths run up from the leaf, so the
             # common ancestors are the paths' common end.
-            a, b = tree.path[own], tree.path[q]
-            common = 0
-            while common < min(len(a), len(b)) and a[-1 - common] == b[-1 - common]:
+            a, b = paths[own], paths[q]
+            common, shorter = 0, min(len(a), len(b))
+            while common < shorter and a[-1 - common] == b[-1 - common]:
                 common += 1
-            mine, theirs = a[: len(a) - common], b[: len(b) - common]
-            if mine not in side_index:
-                side_index[mine] = len(sides)
+            mine = a[: len(a) - common]
+            side = side_index.get(mine)
+            if side is None:
+                side = side_index[mine] = len(sides)
                 sides.append(mine)
-            return side_index[mine], tuple(v for v in theirs if v != q)
+            # ``q``'s path starts at ``q`` (a leaf, not ``own``: below the common part).
+            return side, b[1 : len(b) - common]
 
         # Which queues are over their share (dominant ratio past 1), as of the ledger's
         # version ``over_at``; ``flips`` counts the changes of any of them. What
@@ -209,7 +213,11 @@ class Proportion:
                     if not flags[v]:
                         break
                 else:
-                    out.setdefault(side, set()).add(q)
+                    leaves = out.get(side)
+                    if leaves is None:
+                        out[side] = {q}
+                    else:
+                        leaves.add(q)
             return out
 
         # ``over_by_side`` per reclaimer's queue, with the count of flips and the
