@@ -13,6 +13,7 @@ from kgpu.kube.live.record_key import DATA_KEY, default_secret, split
 from kgpu.kube.objects.record_signature import RecordKey
 
 if TYPE_CHECKING:
+    from kgpu.kube.api.client import Answer, KubeClient
     from tests.kube_double import KubeDouble
 
 SCHEDULER = "kgpu-scheduler"
@@ -129,6 +130,25 @@ def gpu_use(pods: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
             for minor in minors:
                 use[(node, minor)] = use.get((node, minor), 0) + milli
     return use
+
+
+def bind(client: KubeClient, namespace: str, name: str, node: str, **options: Any) -> None:
+    """``client.bind_async``, waited for: raises the :class:`KubeError` the Binding met."""
+    answers: list[Answer] = []
+    client.bind_async(namespace, name, node, answers.append, **options)
+    wait_until(lambda: bool(answers))
+    if isinstance(answers[0], Exception):
+        raise answers[0]
+
+
+def learn_preconditions(
+    client: KubeClient, namespace: str, name: str, uid: str, resource_version: str
+) -> bool:
+    """``client.learn_binding_preconditions``, waited for."""
+    learned: list[bool] = []
+    client.learn_binding_preconditions(namespace, name, uid, resource_version, learned.append)
+    wait_until(lambda: bool(learned))
+    return learned[0]
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 10.0, every: float = 0.05) -> None:

@@ -36,7 +36,15 @@ from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import KubeError
 from kgpu.kube.api.resource_types import EVENTS, NODES, PODS, Resource
 from tests.inputs import KUBE_APISERVER_TOOLS, e2e_kubeconfig, require_input
-from tests.kube_objects import allocation_of, gpu_use, node_obj, pod_obj, wait_until
+from tests.kube_objects import (
+    allocation_of,
+    bind,
+    gpu_use,
+    learn_preconditions,
+    node_obj,
+    pod_obj,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -291,13 +299,14 @@ def test_what_the_binding_does_on_this_server(cluster: Cluster) -> None:
         for name in ("noted", "stale")
     }
     meta = pods["noted"]["metadata"]
-    checks = client.binding_checks_preconditions(
-        cluster.namespace, "noted", meta["uid"], meta["resourceVersion"]
+    checks = learn_preconditions(
+        client, cluster.namespace, "noted", meta["uid"], meta["resourceVersion"]
     )
     assert not cluster.bound()  # the dry runs bound nothing
     assert checks is (minor >= 23) or minor in (25, 26)  # 1.25-1.26: see kubernetes#116550
     note = {"kgpu.io/visible-devices": "3"}
-    client.bind(
+    bind(
+        client,
         cluster.namespace,
         "noted",
         "no-such-node",
@@ -311,9 +320,16 @@ def test_what_the_binding_does_on_this_server(cluster: Cluster) -> None:
     stale_uid = "00000000-0000-0000-0000-00000000beef"
     if checks:
         with pytest.raises(KubeError, match="Precondition failed"):
-            client.bind(
-                cluster.namespace, "stale", "no-such-node", uid=stale_uid, resource_version="1"
+            bind(
+                client,
+                cluster.namespace,
+                "stale",
+                "no-such-node",
+                uid=stale_uid,
+                resource_version="1",
             )
     else:
-        client.bind(cluster.namespace, "stale", "no-such-node", uid=stale_uid, resource_version="1")
+        bind(
+            client, cluster.namespace, "stale", "no-such-node", uid=stale_uid, resource_version="1"
+        )
         assert cluster.bound()["stale"] == "no-such-node"

@@ -25,7 +25,7 @@ from kgpu.kube.api.errors import (
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.resource_types import NODES, PODS, QUEUES
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj, pod_obj, wait_until
+from tests.kube_objects import bind, learn_preconditions, node_obj, pod_obj, wait_until
 
 
 @pytest.fixture
@@ -146,13 +146,13 @@ def test_a_binding_sets_node_and_annotations_in_one_write(
     pod = client.create(PODS, pod_obj("p", annotations={"team": "ml"}), "default")
     uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
     note = {"kgpu.io/visible-devices": "0"}
-    client.bind("default", "p", "n1", uid=uid, resource_version=version, annotations=note)
+    bind(client, "default", "p", "n1", uid=uid, resource_version=version, annotations=note)
     bound = client.get(PODS, "p", "default")
     assert bound["spec"]["nodeName"] == "n1"
     assert bound["metadata"]["annotations"] == {"team": "ml", "kgpu.io/visible-devices": "0"}
     assert int(bound["metadata"]["resourceVersion"]) == int(version) + 1
     with pytest.raises(Conflict, match='already assigned to node "n1"'):
-        client.bind("default", "p", "n2", uid=uid)
+        bind(client, "default", "p", "n2", uid=uid)
     assert client.get(PODS, "p", "default")["spec"]["nodeName"] == "n1"
 
 
@@ -169,13 +169,13 @@ def test_a_binding_of_another_pod_version_is_refused(
         "resource_version": pod["metadata"]["resourceVersion"],
     }
     with pytest.raises(Conflict, match=f"Precondition failed: {field} in precondition"):
-        client.bind("default", "p", "n1", **{**current, **stale})
+        bind(client, "default", "p", "n1", **{**current, **stale})
     assert not client.get(PODS, "p", "default")["spec"].get("nodeName")
 
 
 def test_a_dry_run_binding_binds_nothing(double: KubeDouble, client: KubeClient) -> None:
     client.create(PODS, pod_obj("p"), "default")
-    client.bind("default", "p", "n1", annotations={"a": "b"}, dry_run=True)
+    bind(client, "default", "p", "n1", annotations={"a": "b"}, dry_run=True)
     pod = client.get(PODS, "p", "default")
     assert not pod["spec"].get("nodeName")
     assert "a" not in (pod["metadata"].get("annotations") or {})
@@ -190,8 +190,8 @@ def test_learns_once_whether_the_server_checks_binding_preconditions(
         pods = [client.create(PODS, pod_obj(name), "default") for name in ("p", "q")]
         for pod in pods:
             meta = pod["metadata"]
-            learned = client.binding_checks_preconditions(
-                "default", meta["name"], meta["uid"], meta["resourceVersion"]
+            learned = learn_preconditions(
+                client, "default", meta["name"], meta["uid"], meta["resourceVersion"]
             )
             assert learned is checks
         client.close()
@@ -205,10 +205,10 @@ def test_learns_once_whether_the_server_checks_binding_preconditions(
 def test_an_inconclusive_probe_is_asked_again(double: KubeDouble, client: KubeClient) -> None:
     """A pod gone before the dry runs (404) says nothing about the server: the next bind
     asks again, and learns."""
-    assert not client.binding_checks_preconditions("default", "gone", "some-uid", "7")
+    assert not learn_preconditions(client, "default", "gone", "some-uid", "7")
     pod = client.create(PODS, pod_obj("p"), "default")
     uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
-    assert client.binding_checks_preconditions("default", "p", uid, version)
+    assert learn_preconditions(client, "default", "p", uid, version)
     probes = [
         (r.path.split("/")[-2], r.status, r.query)
         for r in double.requests

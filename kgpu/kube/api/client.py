@@ -132,7 +132,7 @@ class KubeClient:
         self._host = configuration.host  # a property that reads the proxy environment
         self._user_agent = user_agent
         self._auth: tuple[float, dict[str, str]] = (-_CREDENTIALS_TTL_S, {})
-        self._binding_preconditions: bool | None = None  # see binding_checks_preconditions
+        self._binding_preconditions: bool | None = None  # see learn_binding_preconditions
         # Every call but watches through libcurl, where it carries the settings over: a
         # third of the CPU a call (kgpu.kube.api.curl_calls); the calls that must not hold
         # up their caller (binds, events) many at once from one thread
@@ -483,29 +483,6 @@ class KubeClient:
     def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
         self.request("DELETE", resource.path(namespace, name))
 
-    def bind(
-        self,
-        namespace: str,
-        name: str,
-        node: str,
-        *,
-        uid: str = "",
-        resource_version: str = "",
-        annotations: Mapping[str, str] | None = None,
-        dry_run: bool = False,
-    ) -> None:
-        """Create the pod's Binding (pods/binding); a pod already bound answers 409.
-
-        The API server copies the Binding's ``annotations`` onto the pod in the same write
-        that sets its node, so a bound pod carries them from its first bound version on.
-        ``uid`` and ``resource_version`` are preconditions (409 when they do not match the
-        pod) only where the server checks them, which v1.20 does not: see
-        :meth:`binding_checks_preconditions`. ``dry_run`` validates without binding."""
-        path, query, body = _binding(
-            namespace, name, node, uid, resource_version, annotations, dry_run
-        )
-        self.request("POST", path, query=query, body=body, read_answer=False)
-
     def bind_async(
         self,
         namespace: str,
@@ -518,45 +495,18 @@ class KubeClient:
         annotations: Mapping[str, str] | None = None,
         dry_run: bool = False,
     ) -> None:
-        """:meth:`bind`, started and not waited for (see :meth:`request_async`)."""
+        """Create the pod's Binding (pods/binding), started and not waited for (see
+        :meth:`request_async`); a pod already bound answers 409.
+
+        The API server copies the Binding's ``annotations`` onto the pod in the same write
+        that sets its node, so a bound pod carries them from its first bound version on.
+        ``uid`` and ``resource_version`` are preconditions (409 when they do not match the
+        pod) only where the server checks them, which v1.20 does not: see
+        :meth:`learn_binding_preconditions`. ``dry_run`` validates without binding."""
         path, query, body = _binding(
             namespace, name, node, uid, resource_version, annotations, dry_run
         )
         self.request_async("POST", path, then, query=query, body=body, read_answer=False)
-
-    @property
-    def binding_preconditions(self) -> bool | None:
-        """Whether this API server checks a Binding's preconditions, once learned by
-        :meth:`binding_checks_preconditions` or :meth:`learn_binding_preconditions`;
-        None while not known."""
-        return self._binding_preconditions
-
-    def binding_checks_preconditions(
-        self, namespace: str, name: str, uid: str, resource_version: str
-    ) -> bool:
-        """Whether this API server refuses a Binding whose ``metadata.uid`` or
-        ``metadata.resourceVersion`` does not match the pod. Servers from v1.23 on do
-        (kubernetes#105913), except releases that lost the uid check (kubernetes#116550);
-        v1.20 ignores both and binds whatever pod has the name.
-
-        Learned once per client, by two dry-run Bindings of the unbound pod ``name`` (as
-        of ``uid`` and ``resource_version``), each with one precondition no pod can meet:
-        both refused with "Precondition failed" means the server checks them; one accepted
-        means it does not. Dry runs store nothing. Any other answer (the pod gone or bound
-        meanwhile, a failed call) teaches nothing: False for now, and the next bind asks
-        again. The answer is kept across threads without a lock: two binds learning it at
-        once just ask twice. Waits for the answer of :meth:`learn_binding_preconditions`,
-        whose dry runs go through the call thread."""
-        answers: list[bool] = []
-        learned = threading.Event()
-
-        def then(checks: bool) -> None:
-            answers.append(checks)
-            learned.set()
-
-        self.learn_binding_preconditions(namespace, name, uid, resource_version, then)
-        learned.wait()  # every call ends in an answer or an error, within its time bound
-        return answers[0]
 
     def learn_binding_preconditions(
         self,
@@ -566,8 +516,19 @@ class KubeClient:
         resource_version: str,
         then: Callable[[bool], None],
     ) -> None:
-        """:meth:`binding_checks_preconditions`, its dry runs started and not waited for:
-        ``then`` gets the answer where :meth:`request_async`'s do (at once if known)."""
+        """Whether this API server refuses a Binding whose ``metadata.uid`` or
+        ``metadata.resourceVersion`` does not match the pod, handed to ``then`` where
+        :meth:`request_async`'s answers are (at once if known). Servers from v1.23 on do
+        (kubernetes#105913), except releases that lost the uid check (kubernetes#116550);
+        v1.20 ignores both and binds whatever pod has the name.
+
+        Learned once per client, by two dry-run Bindings of the unbound pod ``name`` (as
+        of ``uid`` and ``resource_version``), each with one precondition no pod can meet:
+        both refused with "Precondition failed" means the server checks them; one accepted
+        means it does not. Dry runs store nothing. Any other answer (the pod gone or bound
+        meanwhile, a failed call) teaches nothing: False for now, and the next bind asks
+        again. The answer is kept across threads without a lock: two binds learning it at
+        once just ask twice."""
         known = self._binding_preconditions
         if known is not None:
             then(known)
@@ -626,7 +587,7 @@ def _binding(
     annotations: Mapping[str, str] | None,
     dry_run: bool,
 ) -> tuple[str, list[tuple[str, str]], dict[str, Any]]:
-    """The path, query and body of a pod's Binding (:meth:`KubeClient.bind`)."""
+    """The path, query and body of a pod's Binding (:meth:`KubeClient.bind_async`)."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if uid:
         metadata["uid"] = uid

@@ -13,7 +13,7 @@ and servers from v1.23 on refuse it with 409 if the pod is another. v1.20 ignore
 (checked against v1.20.2, and in its source) and binds whatever pod has the name; there the
 binder first reads the pod (a consistent GET, no write) and binds only if uid and
 resourceVersion are still the ones the session saw. Which kind of server it is, the client
-learns once by dry runs (:meth:`KubeClient.binding_checks_preconditions`).
+learns once by dry runs (:meth:`KubeClient.learn_binding_preconditions`).
 
 On v1.20 that check leaves the same gap the annotation patch with preconditions that this
 replaces left: a pod deleted and created again between the read and the Binding, a few
