@@ -210,6 +210,21 @@ def test_changes_older_than_the_kept_ticks_are_not_told() -> None:
     assert state.changed_since(state.clock - 3, 100_000) == [0]
 
 
+def test_the_nodes_a_model_works_out_again_are_those_whose_clock_moved() -> None:
+    """``moved``: of a few nodes asked, those whose clock moved since ``seen``; asked of
+    most of the cluster, every node whose clock moved, asked or not."""
+    state = ClusterState([make_node(f"n{i}").gpus(2).build() for i in range(16)])
+    seen = state.node_clock.copy()
+    state.allocate(make_pod("a").cpu(1).build(), 1)
+    state.allocate(make_pod("b").cpu(1).build(), 6)
+    changed, clocks = state.moved(seen, np.array([0, 1], dtype=np.int64))
+    assert changed.tolist() == [1] and clocks.tolist() == [1]
+    changed, clocks = state.moved(seen, np.array([0, 2], dtype=np.int64))
+    assert changed.tolist() == [] and clocks.tolist() == []
+    changed, clocks = state.moved(seen, np.arange(5, dtype=np.int64))
+    assert changed.tolist() == [1, 6] and clocks.tolist() == [1, 2]
+
+
 def test_the_cards_nodes_offer_are_those_of_the_schedulable_ones_worked_out_once() -> None:
     a100 = make_node("a").gpus(8, "A100").label(PRODUCT_LABEL, "NVIDIA-A100-80GB")
     state = ClusterState(

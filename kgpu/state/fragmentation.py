@@ -241,25 +241,10 @@ class FragmentModel:
 
     def _refresh(self, state: ClusterState, nodes: IntArray) -> None:
         """Recompute the per-node parts of those ``nodes`` changed since they were last
-        computed.
-
-        Asked of most of the cluster, every node's clock is compared in one pass, and every
-        node that moved is brought up to date, asked or not: gathering both clocks of each
-        node asked costs more, and a node's parts are its own (one outside ``nodes`` is only
-        worked out sooner).
-        """
-        clock = state.node_clock
-        if 4 * len(nodes) >= len(clock):
-            changed = (self._seen != clock).nonzero()[0]
-            if not len(changed):
-                return
-            clocks = clock.take(changed)
-        else:
-            clocks = clock[nodes]
-            stale = self._seen[nodes] != clocks
-            if not np.count_nonzero(stale):  # cheaper than .any(), a Python-level wrapper
-                return
-            changed, clocks = nodes[stale], clocks[stale]
+        computed (``ClusterState.moved``)."""
+        changed, clocks = state.moved(self._seen, nodes)
+        if not len(changed):
+            return
         free = state.gpu_free.take(changed, axis=0)
         usable, enough = self._gpu_parts(free)
         fits = self._cpu_allows(state.cpu_free[changed], changed) & (enough >= self.count[None, :])

@@ -39,7 +39,7 @@ class NodeClasses:
         self._id_limit = 4 * n + 1024
 
     def _refresh(self, state: ClusterState, nodes: IntArray) -> None:
-        changed, clocks = self._moved(state, nodes)
+        changed, clocks = state.moved(self._seen, nodes)
         if not len(changed):
             return
         if len(self._ids) > self._id_limit:
@@ -67,28 +67,6 @@ class NodeClasses:
                 of[node] = ids.setdefault(row.tobytes(), len(ids))
         self._seen[changed] = clocks
 
-    def _moved(self, state: ClusterState, nodes: IntArray) -> tuple[IntArray, IntArray]:
-        """The nodes of ``nodes`` whose clock moved since their id was worked out, in the
-        order of ``nodes``, and their clocks now.
-
-        Asked of most of the cluster, in ascending order (a decision's feasible nodes),
-        the whole cluster's clocks are compared in one pass and the few that moved are
-        looked up among ``nodes``: gathering both figures of every node asked costs more.
-        """
-        clock = state.node_clock
-        if 4 * len(nodes) >= len(clock) and _ascending(nodes):
-            # Methods rather than np.flatnonzero and np.searchsorted: those are Python.
-            moved = (self._seen != clock).nonzero()[0]
-            if 8 * len(moved) <= len(nodes):
-                at = np.minimum(nodes.searchsorted(moved), len(nodes) - 1)
-                changed = moved[nodes.take(at) == moved]
-                return changed, clock.take(changed)
-        clocks = clock[nodes]
-        stale = self._seen[nodes] != clocks
-        if not np.count_nonzero(stale):  # cheaper than .any(), a Python-level wrapper
-            return nodes[:0], clocks[:0]
-        return nodes[stale], clocks[stale]
-
     def split(self, state: ClusterState, nodes: IntArray) -> tuple[IntArray, IntArray] | None:
         """One node of each state among ``nodes`` and, per node of
         ``nodes``, the index of its state's node in that list; None where the nodes are
@@ -109,7 +87,3 @@ class NodeClasses:
         first[inverse] = nodes  # any node of a state stands for all of it
         return first, inverse
 
-
-def _ascending(nodes: IntArray) -> bool:
-    """Are ``nodes`` in strictly ascending order?"""
-    return not np.count_nonzero(nodes[1:] <= nodes[:-1])
