@@ -5,7 +5,8 @@
 - profiles: ``profile`` (plugins, weights, arguments), ``defrag_config`` (the
   defragmentation switch), ``topology_config`` (network topology levels);
 - one pod's cycle: ``scheduler`` (PreFilter, Filter, Score, GPU choice) over
-  ``shape_cache`` (verdicts and scores kept per pod shape);
+  ``shape_cache`` (verdicts and scores kept per pod shape) and ``best_nodes`` (a shape's
+  feasible nodes kept ranked while it is placed again and again);
 - node groups for inference workspaces: ``groups`` (their extension points),
   ``group_scheduler`` (one cycle);
 - the session: ``session_snapshot`` (what it opens over), ``session`` (accounts, jobs,
