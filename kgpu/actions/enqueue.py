@@ -19,6 +19,7 @@ that as it opens) so that the next ones judged count it.
 from __future__ import annotations
 
 from kgpu.framework.session import Session
+from kgpu.model.job import JobInfo
 
 
 class Enqueue:
@@ -33,13 +34,29 @@ class Enqueue:
             and not job.running
             and not job.placed
         ]
-        queue_keys = {q: session.callbacks.queue_key(q) for q in {job.queue for job in candidates}}
-        candidates.sort(key=lambda job: (queue_keys[job.queue], session.callbacks.job_key(job)))
+        # Queue by queue in queue order, then job by job: a queue's key ends with its
+        # unique name, so this is the order of (queue key, job key), with fewer and
+        # cheaper comparisons than sorting every job by the pair.
+        by_queue: dict[int, list[JobInfo]] = {}
         for job in candidates:
+            jobs = by_queue.get(job.queue)
+            if jobs is None:
+                by_queue[job.queue] = [job]
+            else:
+                jobs.append(job)
+        callbacks = session.callbacks
+        ordered: list[JobInfo] = []
+        for queue in sorted(by_queue, key=callbacks.queue_key):
+            jobs = by_queue[queue]
+            jobs.sort(key=callbacks.job_key)
+            ordered.extend(jobs)
+        for job in ordered:
             need = session.need(job)
-            for resource, amount in job.spec.min_resources.items():
-                if amount > need.get(resource, 0):
-                    need[resource] = amount
+            floor = job.spec.min_resources
+            if floor:  # most jobs have none: no walk of an empty mapping
+                for resource, amount in floor.items():
+                    if amount > need.get(resource, 0):
+                        need[resource] = amount
             verdict = session.check_enqueueable(job, need)
             if verdict is not None:
                 job.admitted = False

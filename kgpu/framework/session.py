@@ -135,6 +135,7 @@ class Session:
         self.scratch = SessionScratch()  # what the actions keep for the session
         self._provisional: list[Op] = []
         self._node_cards: dict[int, tuple[str, ...]] = {}
+        self._places: dict[str, tuple[int, str]] = {}  # by queue name (``_new_job``)
         with collector_paused():
             self._build_jobs(snapshot)
             for plugin in plugins:
@@ -178,8 +179,17 @@ class Session:
         job_named = self.job_named
         allocations = self.state.allocations
         mig = self.charges.held
+        asked_milli = self.charges.asked
         dra = self.dra
-        held = [[0, 0, 0] for _ in range(len(self.tree))]
+        # Each queue's sums: what its jobs' pods hold and what its jobs' pending pods ask
+        # (``cpu``, ``memory``, milli-GPU), charged up the tree once. Summed as
+        # ``x = x + y``: the compiled build adds list items in place generically.
+        n = len(self.tree)
+        held_cpu, held_memory, held_gpu = [0] * n, [0] * n, [0] * n
+        asked_cpu, asked_memory, asked_gpu = [0] * n, [0] * n, [0] * n
+        # Jobs whose pending pods also ask cards or DRA devices: charged to their queue's
+        # demand once the jobs are in their order, as every job's were.
+        marked: list[JobInfo] = []
         jobs: list[JobInfo] = []
         for name, group in groups.items():
             first = group[0]
@@ -208,43 +218,71 @@ class Session:
                     gpu += milli
                     if cards and job.queue >= 0:
                         self.ledger.charge(job.queue, cards)
-            if running and job.queue >= 0:
-                sums = held[job.queue]
-                sums[0] += cpu
-                sums[1] += memory
-                sums[2] += gpu
             if carded:
                 for task in group:
                     if NAME_ANNOTATION in task.pod.annotations:
                         self._read_card(job, task)
-        for q, (cpu, memory, gpu) in enumerate(held):
-            if cpu or memory or gpu:
-                self.ledger.charge(q, {CPU: cpu, MEMORY: memory, GPU: gpu})
+            q = job.queue
+            if q < 0:
+                continue
+            if running:
+                held_cpu[q] = held_cpu[q] + cpu
+                held_memory[q] = held_memory[q] + memory
+                held_gpu[q] = held_gpu[q] + gpu
+            if not pending:
+                continue
+            # The pods it may still run (``max_pods`` less ``alive``: none is placed yet).
+            top = job.spec.max_member
+            whole = not top or top >= len(group)
+            asking = pending if whole else pending[: max(top - len(running), 0)]
+            cpu = memory = gpu = 0
+            for task in asking:
+                pod = task.pod
+                cpu += pod.cpu_milli
+                memory += pod.memory_mib
+                gpu += asked_milli(pod.gpu)
+                if dra is not None:
+                    gpu += dra.milli(pod.key)
+            asked_cpu[q] = asked_cpu[q] + cpu
+            asked_memory[q] = asked_memory[q] + memory
+            asked_gpu[q] = asked_gpu[q] + gpu
+            if carded or dra is not None:
+                marked.append(job)
+        ledger = self.ledger
+        for q in range(n):
+            if held_cpu[q] or held_memory[q] or held_gpu[q]:
+                ledger.charge(q, {CPU: held_cpu[q], MEMORY: held_memory[q], GPU: held_gpu[q]})
         self._add_podless(snapshot.jobs, jobs)
         jobs.sort(key=lambda j: j.spec.key)
         self.jobs = jobs
-        asked = [[0, 0, 0] for _ in range(len(self.tree))]
-        for job in self.jobs:
-            if job.queue < 0 or not job.pending:
-                continue
-            sums = asked[job.queue]
+        if marked:
+            marked.sort(key=lambda j: j.spec.key)
+            self._ask_cards(marked)
+        tree = self.tree
+        for q in range(n):
+            if not tree.children[q]:  # jobs sit in leaves; parents' demand is their subtree's
+                add(
+                    ledger.demand[q],
+                    {CPU: asked_cpu[q], MEMORY: asked_memory[q], GPU: asked_gpu[q]},
+                )
+                add(ledger.demand[q], ledger.allocated[q])
+
+    def _ask_cards(self, jobs: list[JobInfo]) -> None:
+        """Charge the demand of ``jobs``' queues with what their pending pods ask of cards
+        and DRA devices (milli-cards), beside the base resources counted as the session
+        opened."""
+        dra = self.dra
+        for job in jobs:
+            demand = self.ledger.demand[job.queue]
             for task in job.pending[: max(job.max_pods - job.alive, 0)]:
                 pod = task.pod
-                sums[0] += pod.cpu_milli
-                sums[1] += pod.memory_mib
-                milli = self._asked_milli(pod)
-                sums[2] += milli
                 if dra is not None and dra.has(pod.key):
-                    add(self.ledger.demand[job.queue], dra.count(pod.key)[1])
+                    add(demand, dra.count(pod.key)[1])
                 if NAME_ANNOTATION in pod.annotations:
                     card = self.first_card(task)
                     if card is not None:
-                        units = _card_units(card, pod.gpu, milli)
-                        add(self.ledger.demand[job.queue], {card: units})
-        for q, (cpu, memory, gpu) in enumerate(asked):
-            if self.tree.is_leaf(q):  # jobs sit in leaves; parents' demand is their subtree's
-                add(self.ledger.demand[q], {CPU: cpu, MEMORY: memory, GPU: gpu})
-                add(self.ledger.demand[q], self.ledger.allocated[q])
+                        units = _card_units(card, pod.gpu, self._asked_milli(pod))
+                        add(demand, {card: units})
 
     def _add_podless(self, specs: Sequence[JobSpec], jobs: list[JobInfo]) -> None:
         """The jobs whose PodGroup records its admission (``JobSpec.enqueued``), with no pod
@@ -266,17 +304,29 @@ class Session:
                 self.ledger.admit(job.queue, {r: a for r, a in hold.items() if a > 0})
 
     def _new_job(self, spec: JobSpec, found: bool) -> JobInfo:
-        name = spec.queue or DEFAULT_QUEUE
-        queue = self.tree.index.get(name, -1)
-        job = JobInfo(spec, queue)
         if not found:
+            job = JobInfo(spec, self.tree.index.get(spec.queue or DEFAULT_QUEUE, -1))
             job.problem = f"PodGroup {spec.key} does not exist"
-        elif queue < 0:
-            job.problem = f"queue {name} does not exist or is invalid"
-        elif not self.tree.is_leaf(queue):
-            job.problem = f"queue {name} has child queues; jobs go to leaf queues"
-            job.queue = -1
+            return job
+        # Tens of thousands of jobs share a few hundred queues: each queue name is looked
+        # up in the tree once a session.
+        place = self._places.get(spec.queue)
+        if place is None:
+            place = self._places[spec.queue] = self._place(spec.queue or DEFAULT_QUEUE)
+        queue, problem = place
+        job = JobInfo(spec, queue)
+        if problem:
+            job.problem = problem
         return job
+
+    def _place(self, name: str) -> tuple[int, str]:
+        """The queue a job naming queue ``name`` goes to (-1: none) and why not, if not."""
+        queue = self.tree.index.get(name, -1)
+        if queue < 0:
+            return -1, f"queue {name} does not exist or is invalid"
+        if not self.tree.is_leaf(queue):
+            return -1, f"queue {name} has child queues; jobs go to leaf queues"
+        return queue, ""
 
     def _read_card(self, job: JobInfo, task: Task) -> None:
         """A pending pod's card name must be readable; a running pod holds its first card

@@ -52,15 +52,25 @@ class SessionCallbacks:
 
     # ------------------------------------------------------------------ orders
 
-    # The keys are asked for tens of thousands of times a session: lists, not generators.
+    # The keys are asked for tens of thousands of times a session: lists, not generators,
+    # and none where one plugin orders (most profiles): the same key, built directly.
     def job_key(self, job: JobInfo) -> Key:
-        return (*[f(job) for f in self.job_order], job.spec.created, job.spec.key)
+        order = self.job_order
+        if len(order) == 1:
+            return (order[0](job), job.spec.created, job.spec.key)
+        return (*[f(job) for f in order], job.spec.created, job.spec.key)
 
     def task_key(self, task: Task) -> Key:
-        return (*[f(task) for f in self.task_order], task.pod.key)
+        order = self.task_order
+        if len(order) == 1:
+            return (order[0](task), task.pod.key)
+        return (*[f(task) for f in order], task.pod.key)
 
     def queue_key(self, queue: int) -> Key:
-        return (*[f(queue) for f in self.queue_order], self.tree.name(queue))
+        order = self.queue_order
+        if len(order) == 1:
+            return (order[0](queue), self.tree.name(queue))
+        return (*[f(queue) for f in order], self.tree.name(queue))
 
     def victim_key(self, job: JobInfo, task: Task) -> Key:
         """Where running ``task`` of ``job`` comes as a victim."""

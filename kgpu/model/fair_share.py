@@ -35,14 +35,22 @@ from kgpu.model.queue import QueueTree
 from kgpu.model.resources import Vector, add
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Claim:
     """One child's stake in one resource of its parent's share."""
 
     deserved: int
     want: int
     weight: Fraction
-    priority: int = 0
+    priority: int
+
+    # Written out, not generated: a session makes one per queue and resource, and the
+    # generated __init__ of a frozen dataclass is Python even in the compiled build.
+    def __init__(self, deserved: int, want: int, weight: Fraction, priority: int = 0) -> None:
+        object.__setattr__(self, "deserved", deserved)
+        object.__setattr__(self, "want", want)
+        object.__setattr__(self, "weight", weight)
+        object.__setattr__(self, "priority", priority)
 
 
 def divide(amount: int, claims: Sequence[Claim]) -> list[int]:
