@@ -23,6 +23,7 @@ counts as half a card of that GPU's product.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -78,8 +79,7 @@ def mig_card_name(product: str, profile: str) -> str:
     return f"{product}/mig-{profile}-mixed"
 
 
-def _label_number(labels: Mapping[str, str], key: str) -> int:
-    value = labels.get(key, "")
+def _number(value: str) -> int:
     return int(value) if value and _DIGITS.fullmatch(value) else 0
 
 
@@ -88,20 +88,30 @@ def node_cards(labels: Mapping[str, str], gpu_count: int) -> tuple[NodeCard, ...
     product = labels.get(PRODUCT_LABEL, "")
     if not product:
         return ()
-    cards = []
-    replicas = _label_number(labels, REPLICAS_LABEL)
-    if replicas > 1:
-        memory = _label_number(labels, MEMORY_LABEL)
-        cards.append(NodeCard(mps_card_name(product, memory, replicas), gpu_count * replicas))
-    elif gpu_count > 0:
-        cards.append(NodeCard(product, gpu_count))
     # Only MIG labels can match, and a node carries dozens of others (its hostname, zone,
     # ...): a prefix test spares each of them the pattern, asked of every node a session.
-    for key in sorted([k for k in labels if k.startswith(_MIG_PREFIX)]):
+    mig = [(k, v) for k, v in labels.items() if k.startswith(_MIG_PREFIX)]
+    replicas, memory = labels.get(REPLICAS_LABEL, ""), labels.get(MEMORY_LABEL, "")
+    return _cards(product, replicas, memory, tuple(sorted(mig)) if mig else (), gpu_count)
+
+
+# Thousands of nodes are a few kinds: each kind's cards are worked out once (the first
+# session over a cluster asks for every node's).
+@functools.lru_cache(maxsize=1024)
+def _cards(
+    product: str, replicas_text: str, memory_text: str, mig: tuple[tuple[str, str], ...], gpus: int
+) -> tuple[NodeCard, ...]:
+    cards = []
+    replicas = _number(replicas_text)
+    if replicas > 1:
+        memory = _number(memory_text)
+        cards.append(NodeCard(mps_card_name(product, memory, replicas), gpus * replicas))
+    elif gpus > 0:
+        cards.append(NodeCard(product, gpus))
+    for key, value in mig:
         match = _MIG_LABEL.fullmatch(key)
-        if match is not None and _label_number(labels, key) > 0:
-            profile = match["profile"]
-            cards.append(NodeCard(mig_card_name(product, profile), _label_number(labels, key)))
+        if match is not None and _number(value) > 0:
+            cards.append(NodeCard(mig_card_name(product, match["profile"]), _number(value)))
     return tuple(cards)
 
 
