@@ -253,7 +253,12 @@ class Session:
             if held_cpu[q] or held_memory[q] or held_gpu[q]:
                 ledger.charge(q, {CPU: held_cpu[q], MEMORY: held_memory[q], GPU: held_gpu[q]})
         self._add_podless(snapshot.jobs, jobs)
-        jobs.sort(key=lambda j: j.spec.key)
+        if len(jobs) == len(job_named):
+            # In key order, a job's key being the name its tasks give: the names sort as
+            # strings, natively, where a key function was called for every job.
+            jobs = [job_named[name] for name in sorted(job_named)]
+        else:  # jobs without pods besides
+            jobs.sort(key=lambda j: j.spec.key)
         self.jobs = jobs
         if marked:
             marked.sort(key=lambda j: j.spec.key)

@@ -36,7 +36,10 @@ def add(into: Vector, other: Mapping[str, int], sign: int = 1) -> None:
     if isinstance(other, dict):
         # Most are vectors (dicts), and the compiled build walks a dict natively, a
         # mapping through its methods: several times the cost, asked for every account.
-        for name, amount in other.items():
+        # Named as a Vector: narrowed by isinstance alone its amounts are Any, added as
+        # objects.
+        vec: Vector = other
+        for name, amount in vec.items():
             if amount:
                 into[name] = into.get(name, 0) + sign * amount
         return
