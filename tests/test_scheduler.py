@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 
 from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
-from kgpu.framework.interfaces import FloatArray, IntArray
+from kgpu.framework.interfaces import FloatArray, IntArray, Verdicts
 from kgpu.framework.scheduler import Placement, Scheduler, Unschedulable
 from kgpu.framework.status import Code
 from kgpu.model.gpu import GpuRequest
@@ -274,6 +276,82 @@ def test_a_lone_score_that_keeps_its_best_decides_as_the_normalised_sum_does(
         runs.append(run)
     assert runs[0] == runs[1]
     assert {r[2] for r in runs[0] if isinstance(r, tuple)} <= {0.0, 100.0 * weight}
+
+
+class _ArraysOnly:
+    """A filter or score as the framework sees it without its node-by-node methods
+    (``NodeByNodeFilter``, ``NodeByNodeScore``): every cycle then builds arrays. (A
+    wrapper, as above.)"""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.cacheable = getattr(inner, "cacheable", True)
+
+    def filter(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> Verdicts:
+        verdicts: Verdicts = self._inner.filter(cycle, pod, nodes)
+        return verdicts
+
+    def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
+        scores: FloatArray = self._inner.score(cycle, pod, nodes)
+        return scores
+
+    def normalize(self, scores: FloatArray) -> FloatArray:
+        normalised: FloatArray = self._inner.normalize(scores)
+        return normalised
+
+
+_MODELLED = [*_SHAPES, GpuRequest(), GpuRequest(1, 500, models=("T4",))]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, len(_MODELLED) - 1), st.integers(1, 24), st.booleans()),
+        min_size=5,
+        max_size=150,
+    )
+)
+@example([(3, 8, False)] * 12 + [(6, 2, True), (7, 60, False), (7, 1, True)] * 4)
+def test_cycles_that_judge_changed_nodes_one_by_one_decide_as_array_cycles_do(
+    arrivals: list[tuple[int, int, bool]],
+) -> None:
+    """A shape seen before judges and scores the few nodes changed since one by one in
+    Python: the same nodes, GPUs, scores and reasons (full nodes, no room, wrong model,
+    pods leaving) as a scheduler whose plugins only answer with arrays."""
+    pods = [
+        PodSpec(PodKey(f"t/{i}"), cpu_milli=cpu * 1000, memory_mib=1024, gpu=_MODELLED[shape])
+        for i, (shape, cpu, _) in enumerate(arrivals)
+    ]
+    nodes = [
+        make_node(f"n{i}").cpu(48_000).gpus(8 if i % 2 else 4, "A100" if i % 3 else "T4").build()
+        for i in range(7)
+    ]
+    runs = []
+    for arrays in (False, True):
+        base = _scheduler("bestfit")
+        wrap = _ArraysOnly if arrays else (lambda plugin: plugin)
+        sched = Scheduler(
+            base.pre_filters,
+            [wrap(f) for f in base.filters],
+            [(wrap(p), w) for p, w in base.scores],
+            base.gpu_choice,
+        )
+        state = ClusterState(nodes)
+        held: list[PodKey] = []
+        run: list[tuple[int, tuple[int, ...], float] | str] = []
+        for i, (pod, (_, _, leave)) in enumerate(zip(pods, arrivals, strict=True)):
+            outcome = sched.schedule(state, pod)
+            if isinstance(outcome, Placement):
+                state.allocate(pod, outcome.node, outcome.gpus)
+                held.append(pod.key)
+                run.append((outcome.node, outcome.gpus, outcome.score))
+            else:
+                run.append(outcome.message)
+            if leave and held:
+                state.release(held.pop(i % len(held)))
+        runs.append(run)
+    assert runs[0] == runs[1]
 
 
 def test_unknown_policy_names_the_choices() -> None:

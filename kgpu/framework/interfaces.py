@@ -79,6 +79,22 @@ class FilterPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class NodeByNodeFilter(FilterPlugin, Protocol):
+    """A filter that also judges one node at a time, on Python figures: a cycle that
+    re-judges the few nodes changed since its shape's last (``Scheduler``) asks each node
+    this way rather than building arrays for one or two nodes."""
+
+    def judges_one(self, pod: PodSpec) -> bool:
+        """Whether ``why_not_one`` judges this pod (a shape the filter has no such path
+        for is judged by ``filter``)."""
+        ...
+
+    def why_not_one(self, cycle: CycleState, pod: PodSpec, node: int) -> Reason | None:
+        """The first reason ``filter`` would give ``node``, or None where it passes."""
+        ...
+
+
+@runtime_checkable
 class PodFilterPlugin(FilterPlugin, Protocol):
     """A filter whose verdicts for some pods depend on more than the pod's shape and the
     node: DraClaims, for a pod with ResourceClaims (its claims are its own, and the devices
@@ -101,6 +117,15 @@ class ScorePlugin(Plugin, Protocol):
 
     def score(self, cycle: CycleState, pod: PodSpec, nodes: IntArray) -> FloatArray:
         """Raw scores of feasible ``nodes``; higher is better."""
+        ...
+
+
+@runtime_checkable
+class NodeByNodeScore(ScorePlugin, Protocol):
+    """A score that also scores one node at a time: as ``NodeByNodeFilter``."""
+
+    def score_one(self, cycle: CycleState, pod: PodSpec, node: int) -> float:
+        """The raw score ``score`` gives ``node``, the same float."""
         ...
 
 

@@ -47,13 +47,15 @@ from kgpu.framework.interfaces import (
     FloatArray,
     GpuChoicePlugin,
     IntArray,
+    NodeByNodeFilter,
+    NodeByNodeScore,
     NormalizeScorePlugin,
     PodFilterPlugin,
     PreFilterPlugin,
     ScorePlugin,
 )
 from kgpu.framework.shape_cache import ShapeCache, ShapeEntry, StaticVerdicts
-from kgpu.framework.status import Code, NodeReasons, Status
+from kgpu.framework.status import Code, NodeReasons, Reason, Status
 from kgpu.model.pod import PodSpec
 from kgpu.state.cluster import ClusterState
 
@@ -64,6 +66,9 @@ _RERANKED = 64
 # ``_FEW_CHANGED`` nodes changed since its pick before (``_ranking``).
 _STREAK = 2
 _FEW_CHANGED = 2
+# Up to this many nodes evaluated again, a cycle judges and scores each in Python where
+# every plugin asked can (``_evaluate_few``): the plugins' own few-node paths go as far.
+_NODE_BY_NODE = 16
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -118,6 +123,7 @@ class _ScoreStep:
     weight: float
     normalize: Callable[[FloatArray], FloatArray] | None
     zero_for: Callable[[PodSpec], bool] | None  # the plugin's ``zero_for``, if it has one
+    score_one: Callable[[CycleState, PodSpec, int], float] | None  # ``NodeByNodeScore``'s
 
 
 class Scheduler:
@@ -147,7 +153,11 @@ class Scheduler:
         # isinstance() against a runtime-checkable Protocol costs microseconds: ask once.
         self._steps = tuple(
             _ScoreStep(
-                p, w, p.normalize if isinstance(p, NormalizeScorePlugin) else None, _zero_for(p)
+                p,
+                w,
+                p.normalize if isinstance(p, NormalizeScorePlugin) else None,
+                _zero_for(p),
+                p.score_one if isinstance(p, NodeByNodeScore) else None,
             )
             for p, w in self.scores
         )
@@ -190,6 +200,15 @@ class Scheduler:
             tail -= 1
         self._static_filters = self.filters[:lead]
         self._changing_filters = self.filters[lead:tail]
+        # The changing filters and cached scores, where every one also judges and scores
+        # node by node (``_evaluate_few``); else None.
+        by_node = tuple(f for f in self._changing_filters if isinstance(f, NodeByNodeFilter))
+        self._node_filters: tuple[NodeByNodeFilter, ...] | None = (
+            by_node
+            if len(by_node) == len(self._changing_filters)
+            and all(s.score_one is not None for s in self._cached_steps)
+            else None
+        )
         # Asked after the kept verdicts, only for the pods they judge alone.
         self._pod_filters: tuple[PodFilterPlugin, ...] = tuple(
             f for f in self.filters[tail:] if isinstance(f, PodFilterPlugin)
@@ -375,9 +394,20 @@ class Scheduler:
         )
 
     def _evaluate(
-        self, cycle: CycleState, pod: PodSpec, entry: ShapeEntry, nodes: IntArray, *, fresh: bool
+        self,
+        cycle: CycleState,
+        pod: PodSpec,
+        entry: ShapeEntry,
+        listed: IntArray | list[int],
+        *,
+        fresh: bool,
     ) -> None:
-        """Filter and score ``nodes``; a ``fresh`` entry runs the static filters too."""
+        """Filter and score ``listed`` nodes; a ``fresh`` entry runs the static filters too."""
+        if not fresh and len(listed) <= _NODE_BY_NODE and self._node_by_node(pod):
+            few = listed if isinstance(listed, list) else listed.tolist()
+            self._evaluate_few(cycle, pod, entry, few)
+            return
+        nodes = np.array(listed, dtype=np.int64) if isinstance(listed, list) else listed
         if fresh:
             nodes = self._static_pass(cycle, pod, entry, nodes)
         else:
@@ -394,6 +424,60 @@ class Scheduler:
                     entry.scores[step.plugin.name][alive] = step.plugin.score(cycle, pod, alive)
         if entry.ranking is not None:
             self._rerank(entry, nodes, alive)
+
+    def _node_by_node(self, pod: PodSpec) -> bool:
+        """Do the changing filters judge ``pod`` node by node (``_evaluate_few``)?"""
+        filters = self._node_filters
+        if filters is None:
+            return False
+        return all([f.judges_one(pod) for f in filters])  # a list: asked every cycle
+
+    def _evaluate_few(
+        self, cycle: CycleState, pod: PodSpec, entry: ShapeEntry, nodes: list[int]
+    ) -> None:
+        """``_evaluate`` of a few nodes for a shape seen before, node by node: the same
+        verdicts, reasons and scores (each plugin's ``why_not_one`` and ``score_one`` say
+        what its arrays would), without the dozen array operations a pass over one or two
+        nodes costs. Where a node fails a static filter it keeps its reason and is not
+        evaluated, as in ``_evaluate``."""
+        filters = self._node_filters
+        assert filters is not None, "asked only where every changing filter judges one node"
+        state_ok = entry.static_ok if self._static_filters else None
+        feasible, reason_idx = entry.feasible, entry.reason_idx
+        steps = [
+            (entry.scores[s.plugin.name], s.score_one)
+            for s in self._cached_steps
+            if s.plugin.name not in entry.zero_scores
+        ]
+        ranking, raw = entry.ranking, self._raw_step(entry)
+        listed: list[int] = []
+        now: list[float | None] = []
+        for node in nodes:
+            if state_ok is not None and not state_ok[node]:
+                continue
+            listed.append(node)
+            why: Reason | None = None
+            for f in filters:
+                why = f.why_not_one(cycle, pod, node)
+                if why is not None:
+                    break
+            if why is not None:
+                reason_idx[node] = self.cache.reason_id(why)
+                feasible[node] = False
+                now.append(None)
+                continue
+            reason_idx[node] = -1
+            feasible[node] = True
+            for scores, score_one in steps:
+                assert score_one is not None, "every cached step scores one node here"
+                scores[node] = score_one(cycle, pod, node)
+            now.append(float(entry.scores[raw.plugin.name][node]) if raw is not None else 0.0)
+        if ranking is None:
+            return
+        if raw is None or not BestNodes.usable([s for s in now if s is not None]):
+            self.cache.rank(entry, None)
+            return
+        ranking.update(listed, now)
 
     def _rerank(self, entry: ShapeEntry, nodes: IntArray, alive: IntArray) -> None:
         """Tell ``entry``'s ranking what ``nodes`` (of which ``alive`` are feasible) score

@@ -120,8 +120,12 @@ class ShapeCache:
         """Every node of the bound state, in order (shared: callers must not write to it)."""
         return self._all_nodes
 
-    def lookup(self, state: ClusterState, shape: object) -> tuple[ShapeEntry | None, IntArray]:
-        """The entry for ``shape`` and the nodes to recompute (all of them for a new shape)."""
+    def lookup(
+        self, state: ClusterState, shape: object
+    ) -> tuple[ShapeEntry | None, IntArray | list[int]]:
+        """The entry for ``shape`` and the nodes to recompute (all of them for a new shape),
+        ascending: a list where they were read off the state's latest ticks (mostly one or
+        two nodes, which the scheduler judges one by one: an array would only be undone)."""
         entry = self.entries.get(shape)
         if entry is None:
             return None, self._all_nodes
@@ -133,7 +137,7 @@ class ShapeCache:
         # two changed since a shape's last cycle: the state's latest ticks tell which.
         few = state.changed_since(entry.seen_at, _FEW_TICKS)
         if few is not None:
-            return entry, np.array(few, dtype=np.int64)
+            return entry, few
         return entry, (state.node_clock > entry.seen_at).nonzero()[0]
 
     def store(self, shape: object, entry: ShapeEntry) -> None:

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from kgpu.framework.cycle import CycleState
-from kgpu.framework.interfaces import FloatArray, IntArray, NormalizeScorePlugin
+from kgpu.framework.interfaces import FloatArray, IntArray, NodeByNodeScore, NormalizeScorePlugin
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
 from kgpu.plugins.node.dot_product import MAX_SPEC_CPU, MAX_SPEC_GPU
@@ -53,6 +53,9 @@ class BestFit:
         gpu_slack = (state.gpu_free_total[nodes] - pod.gpu.total_milli) / MAX_SPEC_GPU * 0.5
         return np.asarray(np.trunc((1.0 - (cpu_slack + gpu_slack)) * 100.0), dtype=np.float64)
 
+    def score_one(self, cycle: CycleState, pod: PodSpec, node: int) -> float:
+        return _one(cycle.state, pod, node)
+
     def normalize(self, scores: FloatArray) -> FloatArray:
         return min_max_normalize(scores)
 
@@ -68,3 +71,4 @@ def _one(state: ClusterState, pod: PodSpec, node: int) -> float:
 
 
 _: type[NormalizeScorePlugin] = BestFit
+__: type[NodeByNodeScore] = BestFit

@@ -20,7 +20,7 @@ import numpy as np
 
 from kgpu.framework import reasons
 from kgpu.framework.cycle import CycleState
-from kgpu.framework.interfaces import BoolArray, FilterPlugin, IntArray, Verdicts
+from kgpu.framework.interfaces import BoolArray, IntArray, NodeByNodeFilter, Verdicts
 from kgpu.framework.status import Reason
 from kgpu.model.gpu import GpuKind, GpuRequest
 from kgpu.model.pod import PodSpec
@@ -134,6 +134,13 @@ class GpuFit:
         if len(nodes) <= _FEW_NODES:
             return self._few(cycle.state, req, nodes)
         return self._many(cycle.state, req, nodes)
+
+    def judges_one(self, pod: PodSpec) -> bool:
+        return pod.gpu.plain  # the others' few-node path works on the nodes together
+
+    def why_not_one(self, cycle: CycleState, pod: PodSpec, node: int) -> Reason | None:
+        req = pod.gpu
+        return _why_not_plain(cycle.state, req, node) if req.count else None
 
     @staticmethod
     def _many(state: ClusterState, req: GpuRequest, nodes: IntArray) -> Verdicts:
@@ -319,4 +326,4 @@ def _short_of(state: ClusterState, req: GpuRequest, node: int) -> Reason:
     return reasons.INSUFFICIENT_GPU_SHARE if req.is_shared else reasons.INSUFFICIENT_GPU
 
 
-_: type[FilterPlugin] = GpuFit
+_: type[NodeByNodeFilter] = GpuFit

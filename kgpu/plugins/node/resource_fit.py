@@ -6,7 +6,7 @@ import numpy as np
 
 from kgpu.framework import reasons
 from kgpu.framework.cycle import CycleState
-from kgpu.framework.interfaces import FilterPlugin, IntArray, Verdicts
+from kgpu.framework.interfaces import IntArray, NodeByNodeFilter, Verdicts
 from kgpu.framework.status import Reason
 from kgpu.model.pod import PodSpec
 from kgpu.plugins import names
@@ -49,6 +49,12 @@ class NodeResourcesFit:
         verdicts.reject(reasons.INSUFFICIENT_MEMORY, short_mem)
         return verdicts
 
+    def judges_one(self, pod: PodSpec) -> bool:
+        return True
+
+    def why_not_one(self, cycle: CycleState, pod: PodSpec, node: int) -> Reason | None:
+        return _why_not(cycle.state, pod, node)
+
 
 def _why_not(state: ClusterState, pod: PodSpec, node: int) -> Reason | None:
     """The array path's verdict on one node."""
@@ -62,4 +68,4 @@ def _why_not(state: ClusterState, pod: PodSpec, node: int) -> Reason | None:
     return None
 
 
-_: type[FilterPlugin] = NodeResourcesFit
+_: type[NodeByNodeFilter] = NodeResourcesFit
