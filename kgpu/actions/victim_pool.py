@@ -86,17 +86,26 @@ class _Plan:
         self.gang = gang
 
 
-# Per job, its victim units as last worked out: each later pool redoes only the jobs that
-# changed.
-PLANS: StateKey[dict[str, _Plan]] = StateKey("victim plans")
+class _Plans:
+    """Per job, its victim units as last worked out (each later pool redoes only the jobs
+    that changed), and each queue's min-runtime, read once a session: the queue tree is
+    plain Python even in the compiled build, and a plan read it twice an attribute."""
+
+    __slots__ = ("by_job", "least")
+
+    def __init__(self, session: Session) -> None:
+        self.by_job: dict[str, _Plan] = {}
+        self.least: list[float] = [spec.min_runtime_s for spec in session.tree.specs]
 
 
-def _plan(session: Session, job: JobInfo) -> _Plan:
+PLANS: StateKey[_Plans] = StateKey("victim plans")
+
+
+def _plan(session: Session, job: JobInfo, least: float) -> _Plan:
     """``job``'s units: its extras (pods it stays ready without), youngest first, that are
-    past their queue's min-runtime, and its whole gang if every pod is."""
+    past its queue's min-runtime ``least``, and its whole gang if every pod is."""
     running, placed = job.running, len(job.placed)
     count = len(running)
-    least = session.tree.specs[job.queue].min_runtime_s
     now = session.now
     # Each pod's node as the session keeps it beside the job's pods (not a lookup among
     # every pod's allocation: most of a plan's cost, in cache misses, at 50,000 pods).
@@ -123,9 +132,11 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
         young += 1
     if young == count:
         return _Plan(count, placed, None, (), None)
-    ready, alive = session.callbacks.ready, count + placed
+    # Asked through the callbacks each time, not a bound method kept: that one would be a
+    # generic call in the compiled build.
+    callbacks, alive = session.callbacks, count + placed
     spare = 0
-    while spare < count and ready(job, alive - spare - 1):
+    while spare < count and callbacks.ready(job, alive - spare - 1):
         spare += 1
     extras = tuple(
         (started, key, job, running[i], (nodes[i],))
@@ -133,8 +144,19 @@ def _plan(session: Session, job: JobInfo) -> _Plan:
     )
     gang = None
     if not young:
-        gang = (order[0][0], order[0][1], job, None, tuple(sorted(set(nodes))))
+        gang = (order[0][0], order[0][1], job, None, _distinct(nodes))
     return _Plan(count, placed, running[order[0][2]], extras, gang)
+
+
+def _distinct(nodes: list[int]) -> tuple[int, ...]:
+    """``nodes`` ascending, each once: a gang's pods mostly share a node or two, and a sort
+    of a few ints and a pass cost less than a set made for them."""
+    ordered = sorted(nodes)
+    out = [ordered[0]]
+    for node in ordered:
+        if node != out[-1]:
+            out.append(node)
+    return tuple(out)
 
 
 def _buckets(
@@ -143,10 +165,11 @@ def _buckets(
     """The units the running pods of ``jobs`` form, by the plugins' key: the extras', and
     the gangs'. (Two tables, not one keyed by (extra?, *key): a tuple less to make and hash
     a job, for the same order, extras first.)"""
-    plans = session.scratch.get(PLANS)
-    if plans is None:
-        plans = {}
-        session.scratch.set(PLANS, plans)
+    kept = session.scratch.get(PLANS)
+    if kept is None:
+        kept = _Plans(session)
+        session.scratch.set(PLANS, kept)
+    plans, least = kept.by_job, kept.least
     head_of = session.callbacks.victim_head
     extras: dict[tuple[object, ...], list[_Entry]] = {}
     gangs: dict[tuple[object, ...], list[_Entry]] = {}
@@ -156,7 +179,7 @@ def _buckets(
         name = job.spec.key
         plan = plans.get(name)
         if plan is None or plan.running != len(job.running) or plan.placed != len(job.placed):
-            plan = plans[name] = _plan(session, job)
+            plan = plans[name] = _plan(session, job, least[job.queue])
         if plan.youngest is None:
             continue
         head = head_of(job, plan.youngest)  # once a job: plugins judge jobs, not pods
@@ -208,8 +231,9 @@ class VictimPool:
             for head in sorted(buckets):
                 bucket = buckets[head]
                 bucket.sort()  # by (-started, pod): unique, so nothing further is compared
-                for _, _, job, task, nodes in bucket:
-                    unit = Unit(job, task, len(units), nodes)
+                for entry in bucket:  # read by index: unpacking would box its time again
+                    nodes = entry[4]
+                    unit = Unit(entry[2], entry[3], len(units), nodes)
                     units.append(unit)
                     for node in nodes:
                         found = by_node[node]
