@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from kgpu.framework.interfaces import FloatArray, IntArray, Verdicts
 from kgpu.framework.scheduler import Placement, Scheduler, Unschedulable
 from kgpu.framework.status import Code
 from kgpu.model.gpu import GpuRequest
+from kgpu.model.node import NodeInfo
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.plugins import names
 from kgpu.plugins.node.best_fit import BestFit
@@ -135,18 +137,31 @@ def test_share_goes_to_the_tightest_gpu_and_whole_gpus_to_the_lowest_idle() -> N
 _SHAPES = [GpuRequest(1, m) for m in (200, 500, 810)] + [GpuRequest(k, 1000) for k in (1, 2, 4)]
 
 
+def _arrival_pods(arrivals: Sequence[tuple[int, ...]], shapes: list[GpuRequest]) -> list[PodSpec]:
+    """A pod for each arrival: its shape's GPU request, its CPU in cores, 1 GiB."""
+    return [
+        PodSpec(PodKey(f"t/{i}"), cpu_milli=a[1] * 1000, memory_mib=1024, gpu=shapes[a[0]])
+        for i, a in enumerate(arrivals)
+    ]
+
+
+def _mixed_nodes(cpu_milli: int | None = None) -> list[NodeInfo]:
+    """Seven nodes of 4 or 8 GPUs, A100 or T4 (with ``cpu_milli`` cores where given)."""
+    nodes = []
+    for i in range(7):
+        node = make_node(f"n{i}")
+        if cpu_milli is not None:
+            node = node.cpu(cpu_milli)
+        nodes.append(node.gpus(8 if i % 2 else 4, "A100" if i % 3 else "T4").build())
+    return nodes
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 16)), min_size=5, max_size=120))
 def test_cached_cycles_decide_exactly_as_uncached_ones(arrivals: list[tuple[int, int]]) -> None:
     """Keeping verdicts and scores per shape must never change a decision."""
-    pods = [
-        PodSpec(PodKey(f"t/{i}"), cpu_milli=cpu * 1000, memory_mib=1024, gpu=_SHAPES[shape])
-        for i, (shape, cpu) in enumerate(arrivals)
-    ]
-    nodes = [
-        make_node(f"n{i}").gpus(8 if i % 2 else 4, "A100" if i % 3 else "T4").build()
-        for i in range(7)
-    ]
+    pods = _arrival_pods(arrivals, _SHAPES)
+    nodes = _mixed_nodes()
     for policy in ("fgd", "bestfit", "gpupacking", "kgpu"):
         decisions = []
         for use_cache in (True, False):
@@ -183,14 +198,8 @@ def test_cycles_that_keep_a_shapes_ranking_decide_as_uncached_ones_as_pods_come_
     """A shape picked in a run keeps its feasible nodes ranked (``BestNodes``); pods leaving
     (scores falling, nodes feasible again), a trial put back (``restamp``) and new tie-break
     ranks must leave every choice as a cycle that keeps nothing makes it."""
-    pods = [
-        PodSpec(PodKey(f"t/{i}"), cpu_milli=cpu * 1000, memory_mib=1024, gpu=_SHAPES[shape])
-        for i, (shape, cpu, _) in enumerate(arrivals)
-    ]
-    nodes = [
-        make_node(f"n{i}").cpu(64_000).gpus(8 if i % 2 else 4, "A100" if i % 3 else "T4").build()
-        for i in range(7)
-    ]
+    pods = _arrival_pods(arrivals, _SHAPES)
+    nodes = _mixed_nodes(64_000)
     decisions = []
     for use_cache in (True, False):
         state = ClusterState(nodes)
@@ -248,10 +257,7 @@ def test_a_lone_score_that_keeps_its_best_decides_as_the_normalised_sum_does(
 ) -> None:
     """Best-fit alone is read off its raw scores: the same nodes, GPUs and totals as
     normalising every feasible node and summing, ties and all-equal cycles included."""
-    pods = [
-        PodSpec(PodKey(f"t/{i}"), cpu_milli=cpu * 1000, memory_mib=1024, gpu=_SHAPES[shape])
-        for i, (shape, cpu) in enumerate(arrivals)
-    ]
+    pods = _arrival_pods(arrivals, _SHAPES)
     # Nodes a few cores apart, the roomiest first: raw scores a point apart, and the best
     # node often behind one that is a point short.
     nodes = [
@@ -319,14 +325,8 @@ def test_cycles_that_judge_changed_nodes_one_by_one_decide_as_array_cycles_do(
     """A shape seen before judges and scores the few nodes changed since one by one in
     Python: the same nodes, GPUs, scores and reasons (full nodes, no room, wrong model,
     pods leaving) as a scheduler whose plugins only answer with arrays."""
-    pods = [
-        PodSpec(PodKey(f"t/{i}"), cpu_milli=cpu * 1000, memory_mib=1024, gpu=_MODELLED[shape])
-        for i, (shape, cpu, _) in enumerate(arrivals)
-    ]
-    nodes = [
-        make_node(f"n{i}").cpu(48_000).gpus(8 if i % 2 else 4, "A100" if i % 3 else "T4").build()
-        for i in range(7)
-    ]
+    pods = _arrival_pods(arrivals, _MODELLED)
+    nodes = _mixed_nodes(48_000)
     runs = []
     for arrays in (False, True):
         base = _scheduler("bestfit")
