@@ -151,7 +151,9 @@ def learn_preconditions(
     return learned[0]
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 10.0, every: float = 0.05) -> None:
+def wait_until(check: Callable[[], bool], timeout: float = 30.0, every: float = 0.05) -> None:
+    # A bound on waiting, not a timing claim: generous, as CI's 2 cores run a kube-apiserver,
+    # a kubelet and the suite at once (10 s was seen to run out under that load).
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
