@@ -25,8 +25,7 @@ from kgpu.kube.api.client import Timeouts
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj, pod_obj, signed
-from tests.kube_objects import wait_until as wait_briefly
+from tests.kube_objects import node_obj, pod_obj, signed, wait_until
 from tests.schedulers import fast_options, schedulers
 
 Start = Callable[..., RunningScheduler]
@@ -34,11 +33,6 @@ HOUR_AGO = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-rs",
          "controller": True}  # fmt: skip
 EVICTION = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction")
-
-
-def wait_until(check: Callable[[], bool]) -> None:
-    """Longer than the default: the machine is shared, and a session may wait its turn."""
-    wait_briefly(check, timeout=30.0)
 
 
 @pytest.fixture

@@ -18,16 +18,10 @@ from kgpu.kube.objects.node_pod import ConversionError
 from kgpu.kube.objects.queue_podgroup import podgroup_from_k8s, quantity_text, queue_from_k8s
 from kgpu.model.queue import QueueSpec
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj, pod_obj
-from tests.kube_objects import wait_until as wait_briefly
+from tests.kube_objects import node_obj, pod_obj, wait_until
 from tests.schedulers import fast_options, schedulers
 
 Start = Callable[..., RunningScheduler]
-
-
-def wait_until(check: Callable[[], bool]) -> None:
-    """Longer than the default: the machine is shared, and a session may wait its turn."""
-    wait_briefly(check, timeout=30.0)
 
 
 @pytest.fixture
