@@ -45,6 +45,7 @@ COMPILED = [
     "kgpu/framework/scheduler.py",
     "kgpu/framework/session.py",
     "kgpu/framework/session_callbacks.py",
+    "kgpu/framework/session_open.py",
     "kgpu/framework/session_result.py",
     "kgpu/framework/session_scratch.py",
     "kgpu/framework/session_snapshot.py",

@@ -10,9 +10,10 @@
 - node groups for inference workspaces: ``groups`` (their extension points),
   ``group_scheduler`` (one cycle);
 - the session: ``session_snapshot`` (what it opens over), ``session`` (accounts, jobs,
-  placing and undoing), ``session_callbacks`` (the session plugins' callbacks and how each
-  kind combines), ``session_scratch`` (the actions' typed scratch), ``statement`` (commit
-  or discard), ``charges`` (what a GPU request counts toward a quota), ``session_claims``
-  (DRA claims held as pods are placed), ``gc_pause`` (the cycle collector paused while it
-  runs), ``session_result`` (what it decided, as data).
+  placing and undoing), ``session_open`` (its jobs and queue sums, built as it opens),
+  ``session_callbacks`` (the session plugins' callbacks and how each kind combines),
+  ``session_scratch`` (the actions' typed scratch), ``statement`` (commit or discard),
+  ``charges`` (what a GPU request counts toward a quota), ``session_claims`` (DRA claims
+  held as pods are placed), ``gc_pause`` (the cycle collector paused while it runs),
+  ``session_result`` (what it decided, as data).
 """

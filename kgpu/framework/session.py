@@ -1,7 +1,7 @@
 """A scheduling session: a snapshot in, plugins' callbacks, actions in order, decisions out.
 
 ``Session(snapshot, scheduler, plugins)`` opens over a ClusterState, the queues, the jobs
-and their tasks; each plugin's ``on_open`` registers callbacks; the caller runs actions
+and their tasks (built by :class:`~kgpu.framework.session_open.Opening`); each plugin's ``on_open`` registers callbacks; the caller runs actions
 (enqueue, allocate, backfill, reclaim, preempt: any order) with ``action.execute(session)``;
 ``close()`` returns the decisions as data: binds, evictions, nominations (pods waiting
 for their victims to go), pending pods with reasons, and events.
@@ -31,16 +31,16 @@ from kgpu.framework.gc_pause import collector_paused
 from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.session_callbacks import SessionCallbacks, Verdict
 from kgpu.framework.session_claims import SessionClaims
+from kgpu.framework.session_open import Opening
 from kgpu.framework.session_result import Pending, SessionResult, failed_event, scheduled_event
 from kgpu.framework.session_scratch import SessionScratch
 from kgpu.framework.session_snapshot import Snapshot
 from kgpu.framework.statement import Op, Statement
 from kgpu.framework.status import Code, Status
-from kgpu.model.card import NAME_ANNOTATION, card_units, node_cards
+from kgpu.model.card import NAME_ANNOTATION, counted_units, node_cards
 from kgpu.model.decision import Bind, Event, Evict, Nomination
 from kgpu.model.dra import ClaimAllocation
-from kgpu.model.gpu import GpuRequest
-from kgpu.model.job import JobInfo, JobKey, JobSpec, Task, card_problem, singleton_job
+from kgpu.model.job import JobInfo, Task, card_problem
 from kgpu.model.ledger import QueueLedger, Shortfall
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.queue import DEFAULT_QUEUE, QueueSpec, QueueTree
@@ -68,17 +68,10 @@ def _vector(
         milli += claims[0]
     vec = {CPU: pod.cpu_milli, MEMORY: pod.memory_mib, GPU: milli}
     if card is not None:
-        vec[card] = _card_units(card, pod.gpu, milli)
+        vec[card] = counted_units(card, pod.gpu, milli)
     if claims is not None:
         add(vec, claims[1])
     return vec
-
-
-def _card_units(card: str, gpu: GpuRequest, milli: int) -> int:
-    """Milli-cards a pod counts as ``card``, given the milli-GPU it counts: a whole card
-    counts the GPU share, which for a memory-only request is ``milli`` (``card_units``
-    reads only the request, where that share is 0)."""
-    return card_units(card, gpu) or milli
 
 
 class SessionPlugin(Protocol):
@@ -135,9 +128,9 @@ class Session:
         self.scratch = SessionScratch()  # what the actions keep for the session
         self._provisional: list[Op] = []
         self._node_cards: dict[int, tuple[str, ...]] = {}
-        self._places: dict[str, tuple[int, str]] = {}  # by queue name (``_new_job``)
+        self._job_of: dict[str, JobInfo] | None = None  # made when first asked
         with collector_paused():
-            self._build_jobs(snapshot)
+            self.jobs, self.job_named = Opening(self).jobs(snapshot)
             for plugin in plugins:
                 plugin.on_open(self)
             callbacks = self.callbacks
@@ -148,209 +141,6 @@ class Session:
                         job.problem = verdict.message
                 if len(job.pending) > 1:
                     job.pending.sort(key=callbacks.task_key)
-
-    # ------------------------------------------------------------------ opening
-
-    def _build_jobs(self, snapshot: Snapshot) -> None:
-        # Opening over tens of thousands of pods must cost a few dictionary operations a
-        # pod: pods are grouped by job in one pass that does nothing else, then each job
-        # sorts its own, and every queue's sums are charged up the tree once. Those
-        # operations are most of the opening's time (each a likely cache miss in a
-        # dictionary of every pod), so a pod's job is found by the job's name
-        # (``job_for``), not kept pod by pod, and a job's pods that come one after another,
-        # as snapshots list them, find their group without a lookup.
-        groups: dict[str, list[Task]] = {}
-        last_name = ""
-        last: list[Task] = []
-        for task in snapshot.tasks:
-            name: str = task.job or task.pod.key
-            if name == last_name:
-                last.append(task)
-                continue
-            group = groups.get(name)
-            if group is None:
-                group = groups[name] = [task]
-            else:
-                group.append(task)
-            last_name, last = name, group
-        specs = {spec.key: spec for spec in snapshot.jobs}
-        self.job_named: dict[str, JobInfo] = {}  # by the name its tasks give (``job_for``)
-        self._job_of: dict[str, JobInfo] | None = None  # made when first asked
-        job_named = self.job_named
-        allocations = self.state.allocations
-        mig = self.charges.held
-        asked_milli = self.charges.asked
-        dra = self.dra
-        # Each queue's sums: what its jobs' pods hold and what its jobs' pending pods ask
-        # (``cpu``, ``memory``, milli-GPU), charged up the tree once. Summed as
-        # ``x = x + y``: the compiled build adds list items in place generically.
-        n = len(self.tree)
-        held_cpu, held_memory, held_gpu = [0] * n, [0] * n, [0] * n
-        asked_cpu, asked_memory, asked_gpu = [0] * n, [0] * n, [0] * n
-        # Jobs whose pending pods also ask cards or DRA devices: charged to their queue's
-        # demand once the jobs are in their order, as every job's were.
-        marked: list[JobInfo] = []
-        jobs: list[JobInfo] = []
-        for name, group in groups.items():
-            first = group[0]
-            spec = specs.get(first.job) if first.job else singleton_job(first)
-            job = self._new_job(spec or JobSpec(JobKey(name)), found=spec is not None)
-            jobs.append(job)
-            job_named[name] = job
-            running, nodes, pending = job.running, job.running_nodes, job.pending
-            cpu = memory = gpu = 0
-            carded = False  # a pod names a card: read below, once the job's pods are sorted
-            for task in group:
-                pod = task.pod
-                if NAME_ANNOTATION in pod.annotations:
-                    carded = True
-                alloc = allocations.get(pod.key)
-                if alloc is None:
-                    pending.append(task)
-                    continue
-                running.append(task)
-                nodes.append(alloc.node)
-                cpu += alloc.cpu_milli
-                memory += alloc.memory_mib
-                gpu += mig(alloc) if alloc.mig_count else alloc.gpu_milli * len(alloc.gpus)
-                if dra is not None and dra.has(pod.key):
-                    milli, cards = dra.count(pod.key)
-                    gpu += milli
-                    if cards and job.queue >= 0:
-                        self.ledger.charge(job.queue, cards)
-            if carded:
-                for task in group:
-                    if NAME_ANNOTATION in task.pod.annotations:
-                        self._read_card(job, task)
-            q = job.queue
-            if q < 0:
-                continue
-            if running:
-                held_cpu[q] = held_cpu[q] + cpu
-                held_memory[q] = held_memory[q] + memory
-                held_gpu[q] = held_gpu[q] + gpu
-            if not pending:
-                continue
-            # The pods it may still run (``max_pods`` less ``alive``: none is placed yet).
-            top = job.spec.max_member
-            whole = not top or top >= len(group)
-            asking = pending if whole else pending[: max(top - len(running), 0)]
-            cpu = memory = gpu = 0
-            # ``_asked_milli`` written out: a method call less for each pending pod.
-            for task in asking:
-                pod = task.pod
-                cpu += pod.cpu_milli
-                memory += pod.memory_mib
-                gpu += asked_milli(pod.gpu)
-                if dra is not None:
-                    gpu += dra.milli(pod.key)
-            asked_cpu[q] = asked_cpu[q] + cpu
-            asked_memory[q] = asked_memory[q] + memory
-            asked_gpu[q] = asked_gpu[q] + gpu
-            if carded or dra is not None:
-                marked.append(job)
-        ledger = self.ledger
-        for q in range(n):
-            if held_cpu[q] or held_memory[q] or held_gpu[q]:
-                ledger.charge(q, {CPU: held_cpu[q], MEMORY: held_memory[q], GPU: held_gpu[q]})
-        self._add_podless(snapshot.jobs, jobs)
-        if len(jobs) == len(job_named):
-            # In key order, a job's key being the name its tasks give: the names sort as
-            # strings, natively, where a key function was called for every job.
-            jobs = [job_named[name] for name in sorted(job_named)]
-        else:  # jobs without pods besides
-            jobs.sort(key=lambda j: j.spec.key)
-        self.jobs = jobs
-        if marked:
-            marked.sort(key=lambda j: j.spec.key)
-            self._ask_cards(marked)
-        tree = self.tree
-        for q in range(n):
-            if not tree.children[q]:  # jobs sit in leaves; parents' demand is their subtree's
-                add(
-                    ledger.demand[q],
-                    {CPU: asked_cpu[q], MEMORY: asked_memory[q], GPU: asked_gpu[q]},
-                )
-                add(ledger.demand[q], ledger.allocated[q])
-
-    def _ask_cards(self, jobs: list[JobInfo]) -> None:
-        """Charge the demand of ``jobs``' queues with what their pending pods ask of cards
-        and DRA devices (milli-cards), beside the base resources counted as the session
-        opened."""
-        dra = self.dra
-        for job in jobs:
-            demand = self.ledger.demand[job.queue]
-            for task in job.pending[: max(job.max_pods - job.alive, 0)]:
-                pod = task.pod
-                if dra is not None and dra.has(pod.key):
-                    add(demand, dra.count(pod.key)[1])
-                if NAME_ANNOTATION in pod.annotations:
-                    card = self.first_card(task)
-                    if card is not None:
-                        units = _card_units(card, pod.gpu, self._asked_milli(pod))
-                        add(demand, {card: units})
-
-    def _add_podless(self, specs: Sequence[JobSpec], jobs: list[JobInfo]) -> None:
-        """The jobs whose PodGroup records its admission (``JobSpec.enqueued``), with no pod
-        in the session: those not admitted are judged by enqueue without pods (Volcano's
-        controller creates them once admitted); those admitted hold their minimum resources
-        against their queue, as do the admitted ones with pods, less what these hold."""
-        marked = [spec for spec in specs if spec.enqueued is not None]
-        if not marked:
-            return  # no anchor records admissions: nothing more to walk
-        by_key = {job.spec.key: job for job in jobs}
-        for spec in marked:
-            job = by_key.get(spec.key)
-            if job is None:
-                job = self._new_job(spec, found=True)
-                jobs.append(job)
-            if spec.enqueued and spec.min_resources and job.queue >= 0:
-                held = self.held_total(job.running) if job.running else {}
-                hold = {r: a - held.get(r, 0) for r, a in spec.min_resources.items()}
-                self.ledger.admit(job.queue, {r: a for r, a in hold.items() if a > 0})
-
-    def _new_job(self, spec: JobSpec, found: bool) -> JobInfo:
-        if not found:
-            job = JobInfo(spec, self.tree.index.get(spec.queue or DEFAULT_QUEUE, -1))
-            job.problem = f"PodGroup {spec.key} does not exist"
-            return job
-        # Tens of thousands of jobs share a few hundred queues: each queue name is looked
-        # up in the tree once a session.
-        place = self._places.get(spec.queue)
-        if place is None:
-            place = self._places[spec.queue] = self._place(spec.queue or DEFAULT_QUEUE)
-        queue, problem = place
-        job = JobInfo(spec, queue)
-        if problem:
-            job.problem = problem
-        return job
-
-    def _place(self, name: str) -> tuple[int, str]:
-        """The queue a job naming queue ``name`` goes to (-1: none) and why not, if not."""
-        queue = self.tree.index.get(name, -1)
-        if queue < 0:
-            return -1, f"queue {name} does not exist or is invalid"
-        if not self.tree.is_leaf(queue):
-            return -1, f"queue {name} has child queues; jobs go to leaf queues"
-        return queue, ""
-
-    def _read_card(self, job: JobInfo, task: Task) -> None:
-        """A pending pod's card name must be readable; a running pod holds its first card
-        that its node offers."""
-        alloc = self.state.allocations.get(task.pod.key)
-        if alloc is None:
-            problem = card_problem(task)
-            if problem and not job.problem:
-                job.problem = problem
-            return
-        names = task.card_names() if not card_problem(task) else ()
-        if job.queue >= 0 and names and task.pod.gpu.count:
-            here = self.node_cards(alloc.node)
-            card = next((c for c in names if c in here), None)
-            if card is not None:
-                self.cards[task.pod.key] = card
-                units = _card_units(card, task.pod.gpu, self._held_milli(task, alloc))
-                self.ledger.charge(job.queue, {card: units})
 
     def job_for(self, task: Task) -> JobInfo:
         """The job of ``task``, one of the session's."""
@@ -413,14 +203,14 @@ class Session:
         dra = self.dra
         return dra.count(pod.key) if dra is not None and dra.has(pod.key) else None
 
-    def _asked_milli(self, pod: PodSpec) -> int:
+    def asked_milli(self, pod: PodSpec) -> int:
         """The milli-GPU pending ``pod`` counts: its GPU request's, and its DRA claims'."""
         milli = self.charges.asked(pod.gpu)
         if self.dra is not None:
             milli += self.dra.milli(pod.key)
         return milli
 
-    def _held_milli(self, task: Task, alloc: Allocation) -> int:
+    def held_milli(self, task: Task, alloc: Allocation) -> int:
         """The milli-GPU ``task`` counts while it holds ``alloc``, its DRA claims' included."""
         milli = self.charges.held(alloc)
         if self.dra is not None:
@@ -463,7 +253,7 @@ class Session:
             gpu += milli
             card = cards.get(pod.key)
             if card is not None:
-                out[card] = out.get(card, 0) + _card_units(card, pod.gpu, milli)
+                out[card] = out.get(card, 0) + counted_units(card, pod.gpu, milli)
             if claimed:
                 add(out, claimed)
         out.update({CPU: cpu, MEMORY: memory, GPU: gpu})

@@ -143,6 +143,13 @@ def card_units(card: str, gpu: GpuRequest) -> int:
     return gpu.total_milli
 
 
+def counted_units(card: str, gpu: GpuRequest, milli: int) -> int:
+    """Milli-cards a pod counts as ``card``, given the milli-GPU it counts: a whole card
+    counts the GPU share, which for a memory-only request is ``milli`` (``card_units``
+    reads only the request, where that share is 0)."""
+    return card_units(card, gpu) or milli
+
+
 # ---------------------------------------------------------------------------- parsing
 
 
