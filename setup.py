@@ -93,6 +93,7 @@ COMPILED = [
     "kgpu/state/fragmentation.py",
     "kgpu/state/leftover.py",
     "kgpu/state/node_classes.py",
+    "kgpu/state/records.py",
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 import numpy as np
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from kgpu.model.card import PRODUCT_LABEL
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.pod import PodKey, PodSpec
-from kgpu.state.cluster import AllocationError, ClusterState
+from kgpu.state.cluster import Allocation, AllocationError, ClusterState
 from tests.builders import make_node, make_pod, state_arrays
 
 
@@ -139,6 +140,21 @@ def test_restore_puts_back_exactly_what_release_returned() -> None:
     assert int(state.gpu_mem_free[0, 1]) == 81920 - 1000
     with pytest.raises(AllocationError, match="pod default/p is already allocated"):
         state.restore(held)
+
+
+def test_an_allocation_is_a_value_compared_hashed_and_pickled_by_its_fields() -> None:
+    state = ClusterState([make_node("n").gpus(2).build()])
+    pod = make_pod("p").share(500).build()
+    held = state.allocate(pod, 0, (1,), need=(500, 1000))
+    again = pickle.loads(pickle.dumps(held))
+    assert again == held and hash(again) == hash(held) and {held: 1}[again] == 1
+    assert again.gpus == (1,) and again.gpu_memory == (1000,) and again.odd
+    other_gpu = Allocation(
+        held.pod, held.node, (0,), held.gpu_milli, held.cpu_milli, held.memory_mib,
+        held.gpu_memory, held.odd,
+    )  # fmt: skip
+    assert other_gpu != held and other_gpu.mig_profile == -1 and other_gpu.rdma == ()
+    assert repr(held).startswith("Allocation(pod='default/p', node=0, gpus=(1,), gpu_milli=500")
 
 
 def test_restore_refuses_when_the_room_is_taken() -> None:

@@ -57,6 +57,9 @@ class QueueLedger:
     def __init__(self, tree: QueueTree) -> None:
         n = len(tree)
         self.tree = tree
+        # The tree's paths, held here: the tree is not compiled, and a charge (every
+        # placement and its undoing) would read them as an attribute of an object.
+        self._path: list[tuple[int, ...]] = tree.path
         self.allocated: list[Vector] = [{} for _ in range(n)]
         self.inqueue: list[Vector] = [{} for _ in range(n)]
         self.demand: list[Vector] = [{} for _ in range(n)]
@@ -69,9 +72,10 @@ class QueueLedger:
 
     def charge(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
         self.version += 1
-        for q in self.tree.path[queue]:
-            add(self.allocated[q], vec, sign)
-            self.changed[q] = self.version
+        version, allocated, changed = self.version, self.allocated, self.changed
+        for q in self._path[queue]:
+            add(allocated[q], vec, sign)
+            changed[q] = version
 
     def admit(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
         for q in self.tree.path[queue]:

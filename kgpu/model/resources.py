@@ -41,7 +41,9 @@ def add(into: Vector, other: Mapping[str, int], sign: int = 1) -> None:
         vec: Vector = other
         for name, amount in vec.items():
             if amount:
-                into[name] = into.get(name, 0) + sign * amount
+                if sign != 1:  # negated, not multiplied: a negative factor is the slow path
+                    amount = -amount if sign == -1 else sign * amount
+                into[name] = into.get(name, 0) + amount
         return
     for name, amount in other.items():
         if amount:

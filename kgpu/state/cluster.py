@@ -34,8 +34,9 @@ from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.resources import MILLI
 from kgpu.model.topology import GpuLinks, nearest
 from kgpu.model.units import MILLI_PER_GPU
+from kgpu.state.allocation_error import AllocationError
 from kgpu.state.device_tables import DeviceTables, free_devices, gpu_need
-from kgpu.state.records import Allocation, AllocationError
+from kgpu.state.records import Allocation
 
 __all__ = ["Allocation", "AllocationError", "ClusterState"]
 
@@ -135,7 +136,9 @@ class ClusterState:
         # memory: one node's figures read and written as Python ints, where indexing the
         # arrays makes a numpy scalar of each (most of a change's cost). The arrays are
         # never rebound, only written in place, so the views stay theirs.
-        self._width = self.gpu_free.shape[1]
+        # An int, not the shape's item (typed as anything): every index into the (node,
+        # slot) views is worked out from it, natively only if it is an int.
+        self._width: int = int(self.gpu_free.shape[1])
         if self.gpu_mem_free.shape != self.gpu_free.shape:
             raise ValueError(
                 f"GPU memory by slot {self.gpu_mem_free.shape}, milli {self.gpu_free.shape}"
@@ -315,11 +318,16 @@ class ClusterState:
             raise AllocationError(f"pod {pod.key} is already allocated")
         req = pod.gpu
         want = req.gpu_slots
-        if len(gpu_ids) != want or len(set(gpu_ids)) != want:
+        if len(gpu_ids) != want or (want > 1 and len(set(gpu_ids)) != want):
             raise AllocationError(f"pod {pod.key} needs {want} distinct GPUs, got {gpu_ids}")
-        if self._cpu_v[node] < pod.cpu_milli or self._mem_v[node] < pod.memory_mib:
+        # Named ints (see _apply): compared natively, not as objects.
+        free_cpu: int = self._cpu_v[node]
+        free_mem: int = self._mem_v[node]
+        if free_cpu < pod.cpu_milli or free_mem < pod.memory_mib:
             raise AllocationError(f"pod {pod.key} does not fit node {self.nodes[node].name}")
-        if self._pods_v[node] >= self._max_pods_v[node]:
+        pods: int = self._pods_v[node]
+        max_pods: int = self._max_pods_v[node]
+        if pods >= max_pods:
             raise AllocationError(f"node {self.nodes[node].name} is at its pod limit")
         if req.plain and need is None and rdma is None and fpga is None:
             return self._plan_plain(pod, node, gpu_ids)
@@ -349,17 +357,24 @@ class ClusterState:
         if not gpu_ids:
             return Allocation(pod.key, node, gpu_ids, 0, pod.cpu_milli, pod.memory_mib)
         milli = pod.gpu.milli
-        free = self._row(self._gpu_v, node)
-        count = self._count_v[node]
+        count: int = self._count_v[node]
+        # Each GPU's figures read alone (most pods take one): the whole row is a slice
+        # and a list of every slot.
+        free_v, caps, start = self._gpu_v, self._mem_cap_v, node * self._width
+        mibs: list[int] = []
         for g in gpu_ids:
-            if not 0 <= g < count or free[g] < milli:
+            free: int = free_v[start + g] if 0 <= g < count else -1
+            if free < milli:
                 raise AllocationError(
                     f"pod {pod.key} needs {milli} milli on GPU {g} of {self.nodes[node].name}"
                 )
-        caps, start = self._mem_cap_v, node * self._width
-        memory = tuple([caps[start + g] * milli // MILLI_PER_GPU for g in gpu_ids])
-        if self.odd_total and self._odd_v[node]:  # elsewhere compute implies memory
-            self._gpu_needs(pod, node, gpu_ids, None)
+            cap: int = caps[start + g]
+            mibs.append(cap * milli // MILLI_PER_GPU)
+        memory = tuple(mibs)
+        if self.odd_total:  # elsewhere compute implies memory
+            odd: int = self._odd_v[node]
+            if odd:
+                self._gpu_needs(pod, node, gpu_ids, None)
         return Allocation(pod.key, node, gpu_ids, milli, pod.cpu_milli, pod.memory_mib, memory)
 
     def _gpu_needs(
@@ -439,16 +454,24 @@ class ClusterState:
         n = alloc.node
         if alloc.pod in self.allocations:
             raise AllocationError(f"pod {alloc.pod} is already allocated")
-        # Every trial of victims puts its pods back: read through the views (see __init__).
-        gpu_free = self._row(self._gpu_v, n) if alloc.gpus else []
-        mem_free = self._row(self._gpu_mem_v, n) if alloc.gpu_memory else []
-        short = (
-            self._cpu_v[n] < alloc.cpu_milli
-            or self._mem_v[n] < alloc.memory_mib
-            or self._pods_v[n] >= self._max_pods_v[n]
-            or any(gpu_free[g] < alloc.gpu_milli for g in alloc.gpus)
-            or any(mem_free[g] < mib for g, mib in zip(alloc.gpus, alloc.gpu_memory, strict=False))
-            or (alloc.mig_count > 0 and self.mig_free[n, alloc.mig_profile] < alloc.mig_count)
+        # Every trial of victims puts its pods back: read through the views (see __init__),
+        # each figure named an int (see _apply).
+        cpu: int = self._cpu_v[n]
+        memory: int = self._mem_v[n]
+        pods: int = self._pods_v[n]
+        max_pods: int = self._max_pods_v[n]
+        short = cpu < alloc.cpu_milli or memory < alloc.memory_mib or pods >= max_pods
+        gpus, gpu_memory = alloc.gpus, alloc.gpu_memory
+        start = n * self._width
+        for i in range(len(gpus)):  # by index: a zip is a generic call
+            at = start + gpus[i]
+            free: int = self._gpu_v[at]
+            short = short or free < alloc.gpu_milli
+            if i < len(gpu_memory):
+                mib: int = self._gpu_mem_v[at]
+                short = short or mib < gpu_memory[i]
+        short = short or (
+            (alloc.mig_count > 0 and self.mig_free[n, alloc.mig_profile] < alloc.mig_count)
             or bool(alloc.rdma and set(alloc.rdma) & self.busy("rdma", n))
             or bool(alloc.fpga and set(alloc.fpga) & self.busy("fpga", n))
         )
@@ -480,42 +503,86 @@ class ClusterState:
         return view[start : start + self._width].tolist()
 
     def _apply(self, alloc: Allocation, sign: int) -> None:
-        # Unpacked once: locals are cheaper than a dozen attribute reads on the hot path.
-        # Written through the flat views (see __init__): Python ints, no numpy scalars.
-        _, n, gpus, gpu_milli, cpu, memory, gpu_memory, odd, _, mig_count, rdma, fpga = alloc
-        self._cpu_v[n] += sign * cpu
-        self._mem_v[n] += sign * memory
-        self._pods_v[n] -= sign
+        """Take ``alloc``'s resources from its node (``sign`` -1) or give them back (+1).
+
+        Written through the flat views (see __init__): Python ints, no numpy scalars. Each
+        figure read is named an int, and added to or taken from rather than multiplied by
+        ``sign``: the compiled build adds items of a view (typed as anything) generically,
+        and multiplies by a negative int on its slow path."""
+        n = alloc.node
+        gpus = alloc.gpus
+        give = sign > 0
+        cpu, memory = alloc.cpu_milli, alloc.memory_mib
+        view = self._cpu_v
+        free_cpu: int = view[n]
+        view[n] = free_cpu + cpu if give else free_cpu - cpu
+        view = self._mem_v
+        free_mem: int = view[n]
+        view[n] = free_mem + memory if give else free_mem - memory
+        view = self._pods_v
+        pods: int = view[n]
+        view[n] = pods - sign
         if gpus:
-            milli = sign * gpu_milli
+            gpu_milli = alloc.gpu_milli
             width = self._width
             start = n * width
             view = self._gpu_v
-            free: list[int] = view[start : start + width].tolist()
+            # The node's wholly free GPUs and largest free share follow from the slots
+            # that change (each GPU is MILLI_PER_GPU at most, so one wholly free GPU is
+            # the largest share); only where the largest share shrank to none wholly free
+            # is the row read again.
+            was_idle: int = self._idle_v[n]
+            was_most: int = self._max_free_v[n]
+            idle, most, shrank = was_idle, was_most, False
             for g in gpus:
-                free[g] += milli
-                view[start + g] = free[g]
-            self._gpu_total_v[n] += milli * len(gpus)
-            # One loop over the row for both figures: ``list.count`` and ``max`` are
-            # generic calls, each costing more than the loop compiled.
-            idle, most = 0, free[0]
-            for v in free:
-                if v == MILLI_PER_GPU:
+                at = start + g
+                old: int = view[at]
+                new = old + gpu_milli if give else old - gpu_milli
+                view[at] = new
+                if old == MILLI_PER_GPU:
+                    idle -= 1
+                if new == MILLI_PER_GPU:
                     idle += 1
-                if v > most:
-                    most = v
-            self._idle_v[n] = idle
-            self._max_free_v[n] = most
+                if new > most:
+                    most = new
+                elif new < old == most:
+                    shrank = True
+            if idle:
+                most = MILLI_PER_GPU
+            elif shrank:
+                # One loop over the row: ``max`` is a generic call, costing more than
+                # the loop compiled.
+                row = self._row(view, n)
+                most = row[0]
+                for v in row:
+                    if v > most:
+                        most = v
+            if idle != was_idle:
+                self._idle_v[n] = idle
+            if most != was_most:
+                self._max_free_v[n] = most
+            view = self._gpu_total_v
+            total: int = view[n]
+            held = gpu_milli * len(gpus)
+            view[n] = total + held if give else total - held
             kind = 0 if gpu_milli < MILLI_PER_GPU else len(gpus)
-            self._kinds_v[n * (width + 1) + kind] -= sign
+            view = self._kinds_v
+            at = n * (width + 1) + kind
+            kinds: int = view[at]
+            view[at] = kinds - sign
+            gpu_memory = alloc.gpu_memory
             if gpu_memory[0]:  # GPUs of unknown memory (a trace) account none
-                mem_view = self._gpu_mem_v
-                for g, mib in zip(gpus, gpu_memory, strict=True):
-                    mem_view[start + g] += sign * mib
-            if odd:
-                self._odd_v[n] -= sign
+                view = self._gpu_mem_v
+                for i in range(len(gpus)):  # by index: a zip is a generic call
+                    at = start + gpus[i]
+                    mib: int = view[at]
+                    view[at] = mib + gpu_memory[i] if give else mib - gpu_memory[i]
+            if alloc.odd:
+                view = self._odd_v
+                odd: int = view[n]
+                view[n] = odd - sign
                 self.odd_total -= sign
-        if mig_count or rdma or fpga:
+        if alloc.mig_count or alloc.rdma or alloc.fpga:
             self._apply_devices(alloc, sign)
         self.clock += 1
         self._clock_v[n] = self.clock
