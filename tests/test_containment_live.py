@@ -18,9 +18,8 @@ from kgpu.kube.api.client import Timeouts
 from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj, pod_obj
+from tests.kube_objects import node_obj, pod_obj, wait_until
 from tests.schedulers import fast_options, schedulers
-from tests.test_kube_queues import wait_until
 
 Start = Callable[..., RunningScheduler]
 DEEP_ARRAY = "[" * 50_000 + "]" * 50_000

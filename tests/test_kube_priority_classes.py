@@ -18,8 +18,8 @@ from kgpu.kube.live.loop import LoopConfig
 from kgpu.kube.live.scheduler_process import RunningScheduler
 from kgpu.kube.snapshot.session_input import QueueReader
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj, pod_obj
-from tests.test_kube_queues import Start, double, events, start, wait_until  # noqa: F401
+from tests.kube_objects import node_obj, pod_obj, wait_until
+from tests.test_kube_queues import Start, double, events, start  # noqa: F401
 
 MISSING_HIGH = (
     'PodGroup default/urgent: spec.priorityClassName is "high", expected the name of an '

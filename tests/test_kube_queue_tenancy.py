@@ -13,7 +13,7 @@ from typing import Any
 
 from kgpu.kube.objects.queue_tenancy import ADMITTED_QUEUE_ANNOTATION
 from tests.kube_double import KubeDouble
-from tests.kube_objects import node_obj, pod_obj
+from tests.kube_objects import node_obj, pod_obj, wait_until
 from tests.test_kube_queues import (  # noqa: F401
     Start,
     double,
@@ -22,7 +22,6 @@ from tests.test_kube_queues import (  # noqa: F401
     queue_obj,
     start,
     status,
-    wait_until,
 )
 
 REFUSED = (
