@@ -143,9 +143,9 @@ def test_what_failed_to_fit_is_tried_again_once_room_is_freed_and_only_then() ->
 
 
 def test_a_first_try_in_free_room_after_releases_finds_what_a_cycle_finds() -> None:
-    """Once a shape failed, ``free_room`` asks again only the nodes changed since: a release
-    too small, then one on a node the pod may not go to, find nothing, as a cycle would;
-    then enough room on a node it may go to."""
+    """Once a shape failed, each release makes ``free_room`` look again, finding what a
+    cycle finds: nothing after a release too small, or one on a node the pod may not go
+    to; then the node where enough room was freed."""
     nodes = [make_node(f"n{i}").gpus(4).label("zone", "b" if i else "a").build() for i in range(2)]
     snap = Snap(nodes, queues=[QueueSpec("q")])
     halves = [snap.running(make_pod(f"half{i}").gpus(2), node="n0", queue="q") for i in range(2)]

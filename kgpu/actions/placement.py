@@ -5,9 +5,7 @@ tried as each card in the written order: the first card whose quota has room and
 a node with room wins. What a pod of some shape failed to find is remembered until the
 session next releases something (``Session.room_mark``: a trial of victims that is undone
 does not count), so the thousands of pods of a saturated cluster that share a shape are
-turned down at the cost of a dictionary lookup, not a cycle each. After a release, a first
-try in free room (``free_room``, before evicting) asks only the nodes changed since the
-shape last failed: the others are as they were then, when none would take it.
+turned down at the cost of a dictionary lookup, not a cycle each.
 
 A pod with DRA claims is checked against its queue twice: as its claims count before a node
 is chosen, then on each node as what they would get there (``claim_quota``), which only the
@@ -32,11 +30,6 @@ from kgpu.plugins.node.gpu_fit import GpuFit
 from kgpu.plugins.node.resource_fit import NodeResourcesFit
 
 Option = tuple[PodSpec, str | None]
-
-# The most allocations and releases since a shape failed for which ``free_room`` asks the
-# nodes they changed, one by one, rather than a cycle over every node: a job's pods after
-# its victims go are a few dozen ticks on.
-_MOST_TICKS = 256
 
 
 def best_effort(task: Task) -> bool:
@@ -76,9 +69,7 @@ class Placer:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        # Per shape that failed to fit: the room mark and the state's clock then, and the
-        # refusal's reasons (None where the caller did not ask for them).
-        self._failed: dict[object, tuple[int, int, Unschedulable | None]] = {}
+        self._failed: dict[object, tuple[int, Unschedulable | None]] = {}
         self._options: dict[str, list[Option]] = {}
         filters = session.scheduler.filters
         self._checks_room = any(isinstance(f, NodeResourcesFit) for f in filters)
@@ -118,12 +109,11 @@ class Placer:
         session = self.session
         shape = self._shape(pod)
         failed = self._failed.get(shape)
-        if failed is not None and failed[0] == session.room_mark and failed[2] is not None:
-            return Unschedulable(pod, failed[2].status, failed[2].node_reasons)
-        state = session.state
-        outcome = session.scheduler.schedule(state, pod, extra)
+        if failed is not None and failed[0] == session.room_mark and failed[1] is not None:
+            return Unschedulable(pod, failed[1].status, failed[1].node_reasons)
+        outcome = session.scheduler.schedule(session.state, pod, extra)
         if isinstance(outcome, Unschedulable):
-            self._failed[shape] = (session.room_mark, state.clock, outcome)
+            self._failed[shape] = (session.room_mark, outcome)
         return outcome
 
     def free_room(self, pod: PodSpec, extra: tuple[FilterPlugin, ...] = ()) -> Placement | None:
@@ -133,35 +123,12 @@ class Placer:
         session = self.session
         shape = self._shape(pod)
         failed = self._failed.get(shape)
-        state = session.state
-        if failed is not None:
-            if failed[0] == session.room_mark:
-                return None
-            if self._fails_still(pod, extra, failed[1]):
-                self._failed[shape] = (session.room_mark, state.clock, None)
-                return None
-        placement = session.scheduler.placement(state, pod, extra)
+        if failed is not None and failed[0] == session.room_mark:
+            return None
+        placement = session.scheduler.placement(session.state, pod, extra)
         if placement is None:
-            self._failed[shape] = (session.room_mark, state.clock, None)
+            self._failed[shape] = (session.room_mark, None)
         return placement
-
-    def _fails_still(self, pod: PodSpec, extra: tuple[FilterPlugin, ...], clock: int) -> bool:
-        """Whether ``pod``, of a shape no node took at the state's ``clock``, is sure to find
-        no node now: none of the nodes changed since passes it. The others are as they were
-        (the filters judge a node by its own figures, as the scheduler's shape cache has
-        it), unless the pod has DRA claims or ``extra`` checks, which read more than the
-        node. False where it cannot tell for a few ticks' cost: then a cycle tells."""
-        session = self.session
-        if extra or session.has_claims(pod):
-            return False
-        state, scheduler = session.state, session.scheduler
-        nodes = state.changed_since(clock, _MOST_TICKS)
-        if nodes is None:
-            return False
-        for node in nodes:
-            if self._roomy(pod, node) and scheduler.passes(state, pod, node):
-                return False
-        return True
 
     def place(
         self,
