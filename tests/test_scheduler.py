@@ -324,7 +324,8 @@ def test_cycles_that_judge_changed_nodes_one_by_one_decide_as_array_cycles_do(
 ) -> None:
     """A shape seen before judges and scores the few nodes changed since one by one in
     Python: the same nodes, GPUs, scores and reasons (full nodes, no room, wrong model,
-    pods leaving) as a scheduler whose plugins only answer with arrays."""
+    pods leaving) as a scheduler whose plugins only answer with arrays. So does a trial's
+    question whether the pod passes a node (``passes``)."""
     pods = _arrival_pods(arrivals, _MODELLED)
     nodes = _mixed_nodes(48_000)
     runs = []
@@ -339,9 +340,10 @@ def test_cycles_that_judge_changed_nodes_one_by_one_decide_as_array_cycles_do(
         )
         state = ClusterState(nodes)
         held: list[PodKey] = []
-        run: list[tuple[int, tuple[int, ...], float] | str] = []
+        run: list[tuple[int, tuple[int, ...], float] | str | list[bool]] = []
         for i, (pod, (_, _, leave)) in enumerate(zip(pods, arrivals, strict=True)):
             outcome = sched.schedule(state, pod)
+            run.append([sched.passes(state, pod, n) for n in range(len(nodes))])
             if isinstance(outcome, Placement):
                 state.allocate(pod, outcome.node, outcome.gpus)
                 held.append(pod.key)

@@ -142,6 +142,34 @@ def test_what_failed_to_fit_is_tried_again_once_room_is_freed_and_only_then() ->
     assert fits()
 
 
+def test_a_first_try_in_free_room_after_releases_finds_what_a_cycle_finds() -> None:
+    """Once a shape failed, each release makes ``free_room`` look again, finding what a
+    cycle finds: nothing after a release too small, or one on a node the pod may not go
+    to; then the node where enough room was freed."""
+    nodes = [make_node(f"n{i}").gpus(4).label("zone", "b" if i else "a").build() for i in range(2)]
+    snap = Snap(nodes, queues=[QueueSpec("q")])
+    halves = [snap.running(make_pod(f"half{i}").gpus(2), node="n0", queue="q") for i in range(2)]
+    ones = [snap.running(make_pod(f"one{i}").gpus(1), node="n1", queue="q") for i in range(4)]
+    session = _session(snap)
+    placer = Placer(session)
+    big = make_pod("big").gpus(2).selector("zone", "b").build()
+
+    def found() -> int | None:
+        outcome = placer.free_room(big)
+        cycle = session.scheduler.placement(session.state, big)
+        assert (outcome is None) == (cycle is None)
+        return None if outcome is None else outcome.node
+
+    assert found() is None
+    taken = session.statement()
+    taken.evict(ones[0], EvictionKind.PREEMPTED, "one GPU free on n1")
+    assert found() is None
+    taken.evict(halves[0], EvictionKind.PREEMPTED, "two GPUs free on n0, of zone a")
+    assert found() is None
+    taken.evict(ones[1], EvictionKind.PREEMPTED, "two GPUs free on n1")
+    assert found() == 1
+
+
 @pytest.mark.parametrize(
     ("pod", "fits"),
     [

@@ -39,15 +39,44 @@ class _Choice:
     units: list[Unit]
     victims: list[list[Task]]  # the pods of each unit
     cost: tuple[int, int, int]
+    # The trial that found it, its evictions still in force until the search reads the
+    # state again (``undo``), and its nodes' clocks before it.
+    trial: Statement | None
+    stamps: dict[int, int]
 
     # Written out, not generated: a generated __init__ is Python even in the compiled build.
     def __init__(
-        self, node: int, units: list[Unit], victims: list[list[Task]], cost: tuple[int, int, int]
+        self,
+        node: int,
+        units: list[Unit],
+        victims: list[list[Task]],
+        cost: tuple[int, int, int],
+        trial: Statement,
+        stamps: dict[int, int],
     ) -> None:
         self.node = node
         self.units = units
         self.victims = victims
         self.cost = cost
+        self.trial = trial
+        self.stamps = stamps
+
+    def undo(self, session: Session) -> None:
+        """Put the trial's victims back, every node as it was (a no-op once done)."""
+        trial = self.trial
+        if trial is None:
+            return
+        self.trial = None
+        _undo(session, trial, self.stamps)
+
+
+def _undo(session: Session, trial: Statement, stamps: dict[int, int]) -> None:
+    """Discard a trial of victims, whose nodes' clocks were ``stamps`` before it."""
+    trial.discard()
+    # Every node is as it was: what was worked out of it before stays good. Nothing in the
+    # trial brought a shape's cache up to date (``fits`` runs the filters on the node
+    # alone), which is what ``restamp`` asks.
+    session.state.restamp(stamps)
 
 
 def make_room(
@@ -92,9 +121,13 @@ def make_room(
                 continue
             seen.add(node)
             scanned += 1
+            if best is not None and node in best.stamps:
+                best.undo(session)  # its clock is read next
             stamp = state.stamp(node)
             if hopeless.get(node) == stamp:
                 continue
+            if best is not None:
+                best.undo(session)  # the search reads the state as it was from here on
             if not _may_fit(session, pool, pod, node, queues):
                 hopeless[node] = stamp
                 continue  # not even with every pod the pool holds there gone
@@ -138,15 +171,33 @@ def make_room(
                 continue
             most = best.cost[0] if best is not None else None
             choice = _try_node(
-                session, placer, job, task, (pod, vec, checks), node, units, reclaim, most
+                session,
+                placer,
+                job,
+                task,
+                (pod, vec, checks),
+                node,
+                units,
+                (kind, message),
+                most,
             )
             if choice is not None and (best is None or choice.cost < best.cost):
                 best = choice
+            elif choice is not None:
+                choice.undo(session)
     if best is None:
         return False
-    for unit, tasks in zip(best.units, best.victims, strict=True):
-        for victim in tasks:
-            statement.evict(victim, kind, message, unit.job)
+    trial = best.trial
+    if trial is not None:
+        # The search ended on the best trial, the state as it left it: its evictions are
+        # the ones to make, in the same order and with the same kind and message, so they
+        # stand in ``statement`` rather than being undone and made again.
+        statement.ops.extend(trial.ops)
+        trial.ops = []
+    else:
+        for unit, tasks in zip(best.units, best.victims, strict=True):
+            for victim in tasks:
+                statement.evict(victim, kind, message, unit.job)
     gpus = placer.fits(pod, best.node, checks)
     assert gpus is not None, "a node freed in trial must fit when freed again"
     statement.allocate(task, best.node, gpus, card, True, job)
@@ -241,14 +292,18 @@ def _try_node(
     asked: tuple[PodSpec, Vector, tuple[FilterPlugin, ...]],
     node: int,
     units: list[Unit],
-    reclaim: bool,
+    why: tuple[EvictionKind, str],
     most: int | None,
 ) -> _Choice | None:
     """The victims that let ``task`` fit ``node``, evicting ``units`` in order; None if
     they do not, or if it would take more than ``most`` victims (the best node's count:
     this node can then no longer beat it). ``asked``: the pod as the option it is tried
-    as, its vector and its cycle's added filters (``Placer.checks``)."""
+    as, its vector and its cycle's added filters (``Placer.checks``); ``why``: the kind
+    and message of the evictions. A choice comes with its trial's evictions in force (the
+    caller undoes them, or keeps them if the search ends on it); None, with none."""
     pod, vec, checks = asked
+    kind, message = why
+    reclaim = kind == EvictionKind.RECLAIMED
     trial = session.statement()
     state = session.state
     allocations = state.allocations
@@ -269,8 +324,7 @@ def _try_node(
             where = allocations[victim.pod.key].node
             if where not in stamps:
                 stamps[where] = state.stamp(where)
-            # Undone: the kind is never read.
-            trial.evict(victim, EvictionKind.PREEMPTED, "", unit.job)
+            trial.evict(victim, kind, message, unit.job)
         victims.append(tasks)
         chosen.append(unit)
         ranks.append(unit.rank)
@@ -281,11 +335,7 @@ def _try_node(
         ):
             fits = True
             break
-    trial.discard()
-    # Every node is as it was: what was worked out of it before stays good. Nothing in the
-    # trial brought a shape's cache up to date (``fits`` runs the filters on the node
-    # alone), which is what ``restamp`` asks.
-    state.restamp(stamps)
     if not fits:
+        _undo(session, trial, stamps)
         return None
-    return _Choice(node, chosen, victims, (count, max(ranks), sum(ranks)))
+    return _Choice(node, chosen, victims, (count, max(ranks), sum(ranks)), trial, stamps)

@@ -265,6 +265,19 @@ class Scheduler:
                 if not known.static_ok[node]:
                     return False
                 filters = self.filters[len(self._static_filters) :]
+        by_node = self._node_filters
+        if (
+            by_node is not None
+            and not extra
+            and len(filters) + len(self._static_filters) == len(self.filters)
+            and self._node_by_node(pod)
+            and not any([f.judges_alone(pod) for f in self._pod_filters])
+        ):
+            # What a cycle of the shape finds on the node (``_evaluate_few``): the changing
+            # filters judge it on Python figures, and the filters at the end only the pods
+            # they judge alone. (A trial of victims asks after every eviction: an array
+            # per filter for one node was most of its cost.)
+            return all([f.why_not_one(cycle, pod, node) is None for f in by_node])
         nodes = np.array([node], dtype=np.int64)
         return all(bool(f.filter(cycle, pod, nodes).ok[0]) for f in (*filters, *extra))
 
