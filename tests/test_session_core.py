@@ -142,6 +142,35 @@ def test_what_failed_to_fit_is_tried_again_once_room_is_freed_and_only_then() ->
     assert fits()
 
 
+def test_a_trial_taken_by_its_statement_is_undone_or_made_with_it() -> None:
+    """A trial of victims kept (``Statement.take``): discarding the statement that took it
+    puts every pod back; committing it evicts them with the trial's kind and message."""
+    snap = Snap([make_node("n").gpus(4).build()], queues=[QueueSpec("q")])
+    old = snap.running(make_pod("old").gpus(2), node="n", queue="q")
+    other = snap.running(make_pod("other").gpus(2), node="n", queue="q")
+    session = _session(snap)
+    before = dict(snap.state.allocations)
+    for commit in (False, True):
+        outer = session.statement()
+        trial = session.statement()
+        trial.evict(old, EvictionKind.RECLAIMED, "reclaimed for the test")
+        trial.evict(other, EvictionKind.RECLAIMED, "reclaimed for the test")
+        outer.take(trial)
+        trial.discard()  # holds nothing now: the evictions stand
+        assert "default/old" not in snap.state.allocations
+        if commit:
+            outer.commit()
+        else:
+            outer.discard()
+            assert snap.state.allocations == before
+    result = session.close()
+    assert [(e.pod, e.kind, e.message) for e in result.evictions] == [
+        ("default/old", EvictionKind.RECLAIMED, "reclaimed for the test"),
+        ("default/other", EvictionKind.RECLAIMED, "reclaimed for the test"),
+    ]
+    snap.state.check_invariants()
+
+
 def test_a_first_try_in_free_room_after_releases_finds_what_a_cycle_finds() -> None:
     """Once a shape failed, each release makes ``free_room`` look again, finding what a
     cycle finds: nothing after a release too small, or one on a node the pod may not go

@@ -192,8 +192,7 @@ def make_room(
         # The search ended on the best trial, the state as it left it: its evictions are
         # the ones to make, in the same order and with the same kind and message, so they
         # stand in ``statement`` rather than being undone and made again.
-        statement.ops.extend(trial.ops)
-        trial.ops = []
+        statement.take(trial)
     else:
         for unit, tasks in zip(best.units, best.victims, strict=True):
             for victim in tasks:

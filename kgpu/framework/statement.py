@@ -133,3 +133,10 @@ class Statement:
     def commit(self) -> None:
         self.session.record(self.ops)
         self.ops = []
+
+    def take(self, inner: Statement) -> None:
+        """Make the changes of ``inner`` (begun after this one, and still open) this
+        statement's, in their order, as if made through it; ``inner`` holds none after.
+        A trial kept once it proves to be the one to make is not undone and made again."""
+        self.ops.extend(inner.ops)
+        inner.ops = []
