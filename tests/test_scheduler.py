@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kgpu.config import load_profile
 from kgpu.framework.cycle import CycleState
 from kgpu.framework.interfaces import FloatArray, IntArray, Verdicts
-from kgpu.framework.scheduler import Placement, Scheduler, Unschedulable
+from kgpu.framework.scheduler import Outcome, Placement, Scheduler, Unschedulable
 from kgpu.framework.status import Code
 from kgpu.model.gpu import GpuRequest
 from kgpu.model.node import NodeInfo
@@ -156,6 +156,17 @@ def _mixed_nodes(cpu_milli: int | None = None) -> list[NodeInfo]:
     return nodes
 
 
+def _take(
+    state: ClusterState, pod: PodSpec, outcome: Outcome
+) -> tuple[int, tuple[int, ...], float] | str:
+    """Allocate ``pod`` where ``outcome`` placed it; what a run notes of the cycle: the
+    placement (node, GPUs, score), or why the pod was not placed."""
+    if isinstance(outcome, Placement):
+        state.allocate(pod, outcome.node, outcome.gpus)
+        return (outcome.node, outcome.gpus, outcome.score)
+    return outcome.message
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 16)), min_size=5, max_size=120))
 def test_cached_cycles_decide_exactly_as_uncached_ones(arrivals: list[tuple[int, int]]) -> None:
@@ -209,12 +220,9 @@ def test_cycles_that_keep_a_shapes_ranking_decide_as_uncached_ones_as_pods_come_
         run: list[tuple[int, object, float] | str] = []
         for i, (pod, (_, _, then)) in enumerate(zip(pods, arrivals, strict=True)):
             outcome = sched.schedule(state, pod)
-            if isinstance(outcome, Placement):
-                state.allocate(pod, outcome.node, outcome.gpus)
+            run.append(noted := _take(state, pod, outcome))
+            if not isinstance(noted, str):
                 held.append(pod.key)
-                run.append((outcome.node, outcome.gpus, outcome.score))
-            else:
-                run.append(outcome.message)
             if then == 1 and held:  # a pod leaves
                 state.release(held.pop(i % len(held)))
             elif then == 2 and held:  # a trial: a pod out and back, its node's clock back
@@ -274,11 +282,7 @@ def test_a_lone_score_that_keeps_its_best_decides_as_the_normalised_sum_does(
         run: list[tuple[int, tuple[int, ...], float] | str] = []
         for pod in pods:
             outcome = sched.schedule(state, pod)
-            if isinstance(outcome, Placement):
-                state.allocate(pod, outcome.node, outcome.gpus)
-                run.append((outcome.node, outcome.gpus, outcome.score))
-            else:
-                run.append(outcome.message)
+            run.append(_take(state, pod, outcome))
         runs.append(run)
     assert runs[0] == runs[1]
     assert {r[2] for r in runs[0] if isinstance(r, tuple)} <= {0.0, 100.0 * weight}
@@ -344,12 +348,9 @@ def test_cycles_that_judge_changed_nodes_one_by_one_decide_as_array_cycles_do(
         for i, (pod, (_, _, leave)) in enumerate(zip(pods, arrivals, strict=True)):
             outcome = sched.schedule(state, pod)
             run.append([sched.passes(state, pod, n) for n in range(len(nodes))])
-            if isinstance(outcome, Placement):
-                state.allocate(pod, outcome.node, outcome.gpus)
+            run.append(noted := _take(state, pod, outcome))
+            if not isinstance(noted, str):
                 held.append(pod.key)
-                run.append((outcome.node, outcome.gpus, outcome.score))
-            else:
-                run.append(outcome.message)
             if leave and held:
                 state.release(held.pop(i % len(held)))
         runs.append(run)
