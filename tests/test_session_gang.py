@@ -148,3 +148,24 @@ def test_pods_without_queue_or_job_run_in_the_default_queue() -> None:
     result = snap.run()
     assert binds(result) == [("p", "a")]
     assert result.allocated["default"]["gpu"] == 1000
+
+
+def test_a_jobs_pods_go_higher_priority_first_then_by_name_whatever_their_listing() -> None:
+    snap = Snap([make_node("a").gpus(2).build()], queues=[QueueSpec("q")])
+    snap.job("j", "q", max_member=3)
+    snap.pending(make_pod("p-b").gpus(1).priority(0), job="j")
+    snap.pending(make_pod("p-c").gpus(1).priority(5), job="j")
+    snap.pending(make_pod("p-a").gpus(1).priority(0), job="j")
+    result = snap.run(actions=ALLOCATE)
+    assert binds(result) == [("p-c", "a"), ("p-a", "a")]
+    assert pending(result) == {"p-b": "0/1 nodes are available: 1 insufficient GPU."}
+
+
+def test_a_jobs_pods_of_one_priority_go_by_name_with_or_without_the_priority_plugin() -> None:
+    for plugins in (("proportion", "priority", "gang"), ("proportion", "gang")):
+        snap = Snap([make_node("a").gpus(2).build()], queues=[QueueSpec("q")])
+        snap.job("j", "q", max_member=3)
+        for name in ("z", "x", "y"):
+            snap.pending(make_pod(name).gpus(1).priority(3), job="j")
+        result = snap.run(actions=ALLOCATE, plugins=plugins)
+        assert binds(result) == [("x", "a"), ("y", "a")], plugins
