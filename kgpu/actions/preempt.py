@@ -101,6 +101,9 @@ class Failures:
     def __init__(self) -> None:
         self._alike: set[tuple[object, ...]] = set()
         self._smaller: dict[tuple[object, ...], list[tuple[int, int, int]]] = {}
+        # The queues with a failure: a job of another is known to fail in none of its
+        # ways, which spares working out its sizes (half the jobs a steady session asks of).
+        self._queues: set[int] = set()
 
     @staticmethod
     def _sizes(job: JobInfo, queue: int, pods: list[Task]) -> tuple[object, ...]:
@@ -131,6 +134,8 @@ class Failures:
         return key, (pod.cpu_milli, pod.memory_mib, gpu.total_milli)
 
     def known(self, session: Session, job: JobInfo, queue: int) -> bool:
+        if queue not in self._queues:
+            return False
         pods = session.callbacks.needed(job)  # asked once: a loop over the job's pods
         if session.dra is not None and any(session.has_claims(t.pod) for t in pods):
             return False  # what DRA claims fit is not told by sizes
@@ -150,6 +155,7 @@ class Failures:
         if session.dra is not None and any(session.has_claims(t.pod) for t in pods):
             return
         self._alike.add(self._sizes(job, queue, pods))
+        self._queues.add(queue)
         single = self._single(job, queue, pods)
         if single is not None:
             self._smaller.setdefault(single[0], []).append(single[1])

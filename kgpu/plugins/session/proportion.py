@@ -19,7 +19,7 @@ the queues' demand (:mod:`kgpu.model.fair_share`, explained in docs/QUEUES.md). 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 from kgpu.framework.session import Session, SessionPlugin
 from kgpu.model.fair_share import dominant_ratio, fair_shares
@@ -67,7 +67,9 @@ class Proportion:
             ratios[queue] = (ledger.version, value)
             return value
 
-        def within_fair(queues: Iterable[int], need: Mapping[str, int]) -> bool:
+        def within_fair(queues: tuple[int, ...], need: Vector) -> bool:
+            # Typed as what it is given, not as protocols: a loop over a dict's items and
+            # its lookups compile to direct dict operations, the protocols' to generic calls.
             for q in queues:
                 held, fair = ledger.allocated[q], ledger.fair[q]
                 for r, amount in need.items():
@@ -76,8 +78,8 @@ class Proportion:
             return True
 
         # What a reclaimer needs (``Session.need``), kept while its queue's account stands:
-        # its pods are placed and evicted only with a charge to that account, and each
-        # trial eviction of another queue's pod makes every verdict below stale, not this.
+        # its pods are placed and evicted only with a charge to that account, and a trial
+        # eviction of another queue's pod leaves it standing.
         needs: dict[str, tuple[int, Vector]] = {}
 
         def need_of(job: JobInfo) -> Vector:
@@ -88,29 +90,31 @@ class Proportion:
             return found[1]
 
         lcas: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
-        # Queue-level verdicts, by (reclaimer, victim queue, resources the unit holds), for
-        # as long as no queue's account changes: one judgement per queue, not one per pod.
-        # Kept by the ledger's version, not by the releases: a trial's evictions put back
-        # leave the releases as they were, but not a verdict reached while they were out.
-        verdicts: dict[tuple[object, ...], bool] = {}
-        verdicts_at = [-1]
+        # Queue-level verdicts, by (reclaimer, victim queue, resources the unit holds), with
+        # the ledger's version they were reached at: one judgement per queue, not one per
+        # pod. A verdict reads the accounts of the queues on both sides below the common
+        # ancestor (the reclaimer's own first, whose stamp also keeps ``need_of``), so it
+        # stands while none of them changed since: a trial's evictions from other queues,
+        # put back, leave it standing.
+        verdicts: dict[tuple[object, ...], tuple[int, bool]] = {}
 
         def queues_agree(reclaimer: JobInfo, theirs_q: int, involved: tuple[str, ...]) -> bool:
-            if verdicts_at[0] != ledger.version:
-                verdicts.clear()
-                verdicts_at[0] = ledger.version
+            pair = (reclaimer.queue, theirs_q)
+            found_sides = lcas.get(pair)
+            if found_sides is None:
+                found_sides = lcas[pair] = tree.lca_below(*pair)
+            mine, theirs = found_sides
             key = (reclaimer.key, theirs_q, involved)
-            ok = verdicts.get(key)
-            if ok is None:
-                pair = (reclaimer.queue, theirs_q)
-                if pair not in lcas:
-                    lcas[pair] = tree.lca_below(*pair)
-                mine, theirs = lcas[pair]
-                ok = all(
-                    any(ledger.allocated[q].get(r, 0) > ledger.fair[q].get(r, 0) for r in involved)
-                    for q in theirs
-                ) and within_fair(mine, need_of(reclaimer))
-                verdicts[key] = ok
+            found = verdicts.get(key)
+            if found is not None:
+                at, changed = found[0], ledger.changed
+                if all(changed[q] <= at for q in mine) and all(changed[q] <= at for q in theirs):
+                    return found[1]
+            ok = all(
+                any(ledger.allocated[q].get(r, 0) > ledger.fair[q].get(r, 0) for r in involved)
+                for q in theirs
+            ) and within_fair(mine, need_of(reclaimer))
+            verdicts[key] = (ledger.version, ok)
             return ok
 
         # What a victim unit holds, and in which resources: the same for as long as its
