@@ -10,6 +10,7 @@ from kgpu.config import load_profile
 from kgpu.framework.session import Session
 from kgpu.model.decision import EvictionKind
 from kgpu.model.gpu import GpuRequest
+from kgpu.model.node import NodeName
 from kgpu.model.pod import PodKey
 from kgpu.model.queue import QueueSpec
 from kgpu.plugins.registry import build_scheduler
@@ -183,6 +184,37 @@ def test_victim_units_made_later_in_a_session_see_what_it_committed() -> None:
     statement.allocate(more, 0, (7,), None)
     statement.commit()
     assert units(session) == [["solo-0"], ["el-1"], ["solo-0"], ["el-0", "el-1"]]
+
+
+def test_a_gang_comes_as_its_youngest_pod_once_every_pod_is_old_enough() -> None:
+    # Gangs without extras, in victim order: by their youngest pod (the latest start; the
+    # least pod name among pods started together), youngest first; a gang one of whose
+    # pods is younger than the queue's min-runtime is no victim at all.
+    snap = Snap(
+        [make_node("a").gpus(8).build(), make_node("b").gpus(8).build()],
+        [QueueSpec("q", min_runtime_s=60)],
+    )
+    for job, pods in (
+        ("old", (("old-0", "a", 0.0), ("old-1", "b", 100.0), ("old-2", "a", 10.0))),
+        ("new", (("new-0", "a", 500.0), ("new-1", "a", 50.0))),
+        ("young", (("young-0", "b", 0.0), ("young-1", "b", 980.0))),  # ran 20 s of 60
+        ("tied-t", (("t-1", "b", 200.0), ("r-0", "b", 200.0))),  # as r-0, before s-0
+        ("tied-s", (("s-1", "b", 200.0), ("s-0", "b", 200.0))),
+    ):
+        snap.job(job, "q", min_member=len(pods))
+        for name, node, started in pods:
+            snap.running(make_pod(name).gpus(1), node=node, job=job, started=started)
+    session = open_session(snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig())
+    pool = VictimPool(session, session.jobs)
+    assert [u.job.key.removeprefix("default/") for u in pool.units] == [
+        "new",
+        "tied-t",
+        "tied-s",
+        "old",
+    ]
+    a, b = (session.state.index[NodeName(n)] for n in ("a", "b"))
+    assert [u.nodes for u in pool.units] == [(a,), (b,), (b,), tuple(sorted((a, b)))]
+    assert [u.job.key for u in pool.on(b)] == ["default/tied-t", "default/tied-s", "default/old"]
 
 
 @pytest.mark.parametrize(

@@ -172,18 +172,29 @@ class Preempt:
         if not session.callbacks.preempts():
             return
         placer = placer_of(session)
-        by_queue: dict[int, list[JobInfo]] = {}
+        # Per queue, its jobs that hold pods (the victims and givers: a job gains none in
+        # the action, as pods placed join ``placed``) and those with pods waiting (the
+        # only ones that may take room), each in session order. A queue's jobs change only
+        # while it is served (its jobs evict only its own), so what is read of them here
+        # is as it will be then.
+        holding: dict[int, list[JobInfo]] = {}
+        asking: dict[int, list[JobInfo]] = {}
         for job in session.jobs:
-            if job.queue >= 0:
-                by_queue.setdefault(job.queue, []).append(job)
+            queue = job.queue
+            if queue < 0:
+                continue
+            if job.running:
+                holding.setdefault(queue, []).append(job)
+            if job.pending:
+                asking.setdefault(queue, []).append(job)
         failures = Failures()
         hopeless: set[tuple[int, int]] = set()
-        for queue in sorted(by_queue, key=session.callbacks.queue_key):
-            jobs = by_queue[queue]
+        for queue in sorted(asking, key=session.callbacks.queue_key):
+            jobs = holding.get(queue, [])
             pool: VictimPool | None = None
             giver: JobInfo | None = None
             least = session.tree.specs[queue].min_runtime_s
-            waiting = [j for j in jobs if may_take_room(session, j)]
+            waiting = [j for j in asking[queue] if may_take_room(session, j)]
             for job in sorted(waiting, key=session.callbacks.job_key):
                 if (queue, job.spec.priority) in hopeless or failures.known(session, job, queue):
                     continue

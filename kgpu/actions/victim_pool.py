@@ -122,6 +122,14 @@ def _plan(session: Session, job: JobInfo, least: float) -> _Plan:
             else ()
         )
         return _Plan(1, placed, only, extra, (-only.started, key, job, None, where))
+    # Asked through the callbacks each time, not a bound method kept: that one would be a
+    # generic call in the compiled build.
+    callbacks, alive = session.callbacks, count + placed
+    spare = 0
+    while spare < count and callbacks.ready(job, alive - spare - 1):
+        spare += 1
+    if not spare:  # most gangs: no extras, only the youngest pod and the nodes matter
+        return _gang_plan(session, job, placed, least)
     # The youngest first: by (-started, pod), which are unique, so the indices that follow
     # are never compared.
     order = sorted([(-t.started, t.pod.key, i) for i, t in enumerate(running)])
@@ -132,12 +140,6 @@ def _plan(session: Session, job: JobInfo, least: float) -> _Plan:
         young += 1
     if young == count:
         return _Plan(count, placed, None, (), None)
-    # Asked through the callbacks each time, not a bound method kept: that one would be a
-    # generic call in the compiled build.
-    callbacks, alive = session.callbacks, count + placed
-    spare = 0
-    while spare < count and callbacks.ready(job, alive - spare - 1):
-        spare += 1
     extras = tuple(
         (started, key, job, running[i], (nodes[i],))
         for started, key, i in order[young : young + spare]
@@ -146,6 +148,23 @@ def _plan(session: Session, job: JobInfo, least: float) -> _Plan:
     if not young:
         gang = (order[0][0], order[0][1], job, None, _distinct(nodes))
     return _Plan(count, placed, running[order[0][2]], extras, gang)
+
+
+def _gang_plan(session: Session, job: JobInfo, placed: int, least: float) -> _Plan:
+    """The plan of a job of several pods and no extras: its gang, if every pod is past the
+    min-runtime ``least``, else no unit. The youngest pod (the latest start, the least
+    pod key among equals: the first by (-started, pod)) is found in one pass, not a sort:
+    it alone is past ``least`` only if every pod is."""
+    running = job.running
+    youngest = running[0]
+    started, key = youngest.started, youngest.pod.key
+    for task in running:
+        if task.started > started or (task.started == started and task.pod.key < key):
+            youngest, started, key = task, task.started, task.pod.key
+    if session.now - started < least:
+        return _Plan(len(running), placed, None, (), None)  # no unit: nothing to judge
+    gang = (-started, key, job, None, _distinct(job.running_nodes))
+    return _Plan(len(running), placed, youngest, (), gang)
 
 
 def _distinct(nodes: list[int]) -> tuple[int, ...]:
@@ -170,9 +189,15 @@ def _buckets(
         kept = _Plans(session)
         session.scratch.set(PLANS, kept)
     plans, least = kept.by_job, kept.least
-    head_of = session.callbacks.victim_head
+    callbacks = session.callbacks
     extras: dict[tuple[object, ...], list[_Entry]] = {}
     gangs: dict[tuple[object, ...], list[_Entry]] = {}
+    # The head of the job before, and its buckets: jobs come mostly by queue, and next to
+    # each other mostly share a head, which compares for less than it hashes into both
+    # tables again.
+    last: tuple[object, ...] | None = None
+    into_extras: list[_Entry] | None = None
+    into_gangs: list[_Entry] | None = None
     for job in jobs:
         if job.queue < 0 or not job.running:
             continue
@@ -182,19 +207,23 @@ def _buckets(
             plan = plans[name] = _plan(session, job, least[job.queue])
         if plan.youngest is None:
             continue
-        head = head_of(job, plan.youngest)  # once a job: plugins judge jobs, not pods
+        # Once a job (plugins judge jobs, not pods), through the callbacks: a bound method
+        # kept would be a generic call in the compiled build.
+        head = callbacks.victim_head(job, plan.youngest)
+        if last is None or head != last:
+            last = head
+            into_extras = extras.get(head)
+            into_gangs = gangs.get(head)
         if plan.extras:
-            found = extras.get(head)
-            if found is None:
-                extras[head] = list(plan.extras)
+            if into_extras is None:
+                into_extras = extras[head] = list(plan.extras)
             else:
-                found.extend(plan.extras)
+                into_extras.extend(plan.extras)
         if plan.gang is not None:
-            found = gangs.get(head)
-            if found is None:
-                gangs[head] = [plan.gang]
+            if into_gangs is None:
+                into_gangs = gangs[head] = [plan.gang]
             else:
-                found.append(plan.gang)
+                into_gangs.append(plan.gang)
     return extras, gangs
 
 
