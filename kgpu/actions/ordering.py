@@ -38,15 +38,12 @@ class QueuePicker:
         for leaf in leaves:
             active.update(tree.path[leaf])
         for q in sorted(active):
-            heapq.heappush(self.heaps.setdefault(self.parent[q], []), self._entry(q))
+            heapq.heappush(self.heaps.setdefault(self.parent[q], []), self.callbacks.queue_entry(q))
         self._path: list[int] = []
         # What queue keys are read from, as of the last pick: the queues' accounts and the
         # state (a statement ticks both, even one discarded).
         self._version = self.ledger.version
         self._clock = self.state.clock
-
-    def _entry(self, q: int) -> Entry:
-        return (*self.callbacks.queue_key(q), q)
 
     def pick(self) -> int | None:
         """The leaf queue to serve now, or None when no queue has work left."""
@@ -80,7 +77,7 @@ class QueuePicker:
             if not keep:
                 heapq.heappop(heap)  # ``q`` is on top: it was picked and nothing moved since
                 continue
-            entry = self._entry(q)
+            entry = self.callbacks.queue_entry(q)
             # Re-keyed in one sift, not a pop and a push; not at all when its key came
             # back the same (a statement discarded).
             if entry != heap[0]:

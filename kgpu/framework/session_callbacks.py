@@ -79,6 +79,14 @@ class SessionCallbacks:
             return (*order[0](queue), self._names[queue])
         return _joined([f(queue) for f in order], self._names[queue])
 
+    def queue_entry(self, queue: int) -> Key:
+        """``queue_key`` with the queue itself appended, built as one tuple: what a heap of
+        queues holds (the name before it is unique: the queue is never compared)."""
+        order = self.queue_order
+        if len(order) == 1:
+            return (*order[0](queue), self._names[queue], queue)
+        return _joined([f(queue) for f in order], self._names[queue], queue)
+
     def victim_key(self, job: JobInfo, task: Task) -> Key:
         """Where running ``task`` of ``job`` comes as a victim."""
         return (*self.victim_head(job, task), -task.started, task.pod.key)
