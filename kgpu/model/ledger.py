@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kgpu.model.queue import QueueTree
-from kgpu.model.resources import CPU, GPU, MEMORY, Vector, show
+from kgpu.model.resources import CPU, GPU, MEMORY, Vector, add, show
 
 INSUFFICIENT_CPU_QUOTA: Final = "InsufficientCPUQuota"
 INSUFFICIENT_MEMORY_QUOTA: Final = "InsufficientMemoryQuota"
@@ -78,20 +78,14 @@ class QueueLedger:
     def charge(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
         self.version += 1
         version, allocated, changed = self.version, self.allocated, self.changed
-        amounts = _signed(vec, sign)
         for q in self._path[queue]:
-            into = allocated[q]
-            for r, amount in amounts:
-                into[r] = into.get(r, 0) + amount
+            add(allocated[q], vec, sign)
             changed[q] = version
 
     def admit(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
         inqueue = self.inqueue
-        amounts = _signed(vec, sign)
         for q in self._path[queue]:
-            into = inqueue[q]
-            for r, amount in amounts:
-                into[r] = into.get(r, 0) + amount
+            add(inqueue[q], vec, sign)
 
     def shortfall(
         self,
@@ -130,14 +124,3 @@ class QueueLedger:
                 if already + amount > limit[r]:
                     return Shortfall(self.tree.name(q), r, amount, already, limit[r])
         return None
-
-
-def _signed(vec: Mapping[str, int], sign: int) -> list[tuple[str, int]]:
-    """``sign × vec``'s non-zero amounts (``add``'s), read once for every queue of a path:
-    each account on it then takes a few additions, not a walk of a mapping."""
-    if isinstance(vec, dict):
-        plain: Vector = vec  # a dict is walked natively when compiled (see ``add``)
-        if sign == 1:
-            return [(r, amount) for r, amount in plain.items() if amount]
-        return [(r, sign * amount) for r, amount in plain.items() if amount]
-    return [(r, sign * amount) for r, amount in vec.items() if amount]
