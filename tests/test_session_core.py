@@ -17,6 +17,7 @@ from kgpu.model.decision import EvictionKind
 from kgpu.model.job import JobInfo, Task
 from kgpu.model.queue import QueueSpec
 from kgpu.plugins.registry import build_scheduler
+from kgpu.plugins.session.proportion import Proportion
 from tests.builders import PodBuilder, make_node, make_pod
 from tests.session_harness import Snap
 
@@ -69,6 +70,47 @@ def test_orders_combine_first_plugin_that_tells_apart_decides() -> None:
         "default/a",
         "default/b",
     ]
+
+
+class _QueueOrder:
+    """Orders queues by where their name comes in ``first``, then not at all."""
+
+    name = "queue-order"
+
+    def __init__(self, first: Sequence[str]) -> None:
+        self.first = first
+
+    def on_open(self, session: Session) -> None:
+        tree, first = session.tree, self.first
+
+        def key(q: int) -> tuple[int, int]:
+            name = tree.name(q)
+            return (0, first.index(name)) if name in first else (1, 0)
+
+        session.callbacks.queue_order.append(key)
+
+
+def test_queue_orders_combine_after_the_profiles_and_names_break_ties() -> None:
+    snap = Snap(
+        [make_node("n").gpus(2).build()],
+        queues=[QueueSpec("a"), QueueSpec("b"), QueueSpec("c"), QueueSpec("d")],
+    )
+    snap.pending(make_pod("p").gpus(1), queue="a")
+    snap.pending(make_pod("r").gpus(1), queue="d")
+    session = Session(
+        snap.snapshot(),
+        build_scheduler(load_profile("bestfit")),
+        (Proportion(), _QueueOrder(["d", "c"])),
+    )
+    tree = session.tree
+    a, b, c, d = (tree.index[n] for n in "abcd")
+    # Nothing held: proportion's keys tie, so the plugin after it decides, then names.
+    assert sorted([a, b, c, d], key=session.callbacks.queue_key) == [d, c, a, b]
+    statement = session.statement()
+    task = next(t for job in session.jobs if job.queue == d for t in job.pending)
+    statement.allocate(task, 0, (0,), None)
+    # Now d holds a GPU: past the others in proportion's order, whatever the plugin says.
+    assert sorted([a, b, c, d], key=session.callbacks.queue_key) == [c, a, b, d]
 
 
 def test_allocatable_all_must_pass_and_the_first_refusal_is_the_reason() -> None:

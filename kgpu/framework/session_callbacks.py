@@ -7,7 +7,10 @@ and the session ask only the combining methods below, never the lists (as Volcan
 - ``job_order``, ``task_order``, ``queue_order``, ``victim_order`` give sort keys; keys
   compare in registration order, so the first plugin that tells two items apart decides
   (Volcano's "first non-zero wins"). Ties fall back to creation time, then name; victims
-  to the youngest first.
+  to the youngest first. A plugin's keys are tuples of one length: job and queue keys
+  are the plugins' tuples laid end to end, then the tie-breakers, one flat tuple whose
+  items compare natively (a nested tuple compares each level for equality first, then
+  again for order: most of a heap's cost where queues are re-keyed after every job).
 - ``job_ready(job, pods)``: every plugin must agree; with none, one pod makes a job ready.
 - ``job_valid``, ``enqueueable``, ``allocatable``: every plugin must pass; the first
   refusal is the reason given. (Queue limits are checked before them, by the session.)
@@ -35,7 +38,10 @@ Verdict = Status | None  # None: no objection
 
 class SessionCallbacks:
     def __init__(self, tree: QueueTree) -> None:
-        self.tree = tree  # queue names break ties in the queue order
+        self.tree = tree
+        # Queue names break ties in the queue order: read once (the tree stands for the
+        # session, and is plain Python even compiled).
+        self._names: list[str] = [spec.name for spec in tree.specs]
         self.job_order: list[Callable[[JobInfo], Key]] = []
         self.task_order: list[Callable[[Task], Key]] = []
         self.queue_order: list[Callable[[int], Key]] = []
@@ -56,9 +62,10 @@ class SessionCallbacks:
     # and none where one plugin orders (most profiles): the same key, built directly.
     def job_key(self, job: JobInfo) -> Key:
         order = self.job_order
+        spec = job.spec
         if len(order) == 1:
-            return (order[0](job), job.spec.created, job.spec.key)
-        return (*[f(job) for f in order], job.spec.created, job.spec.key)
+            return (*order[0](job), spec.created, spec.key)
+        return _joined([f(job) for f in order], spec.created, spec.key)
 
     def task_key(self, task: Task) -> Key:
         order = self.task_order
@@ -69,8 +76,16 @@ class SessionCallbacks:
     def queue_key(self, queue: int) -> Key:
         order = self.queue_order
         if len(order) == 1:
-            return (order[0](queue), self.tree.name(queue))
-        return (*[f(queue) for f in order], self.tree.name(queue))
+            return (*order[0](queue), self._names[queue])
+        return _joined([f(queue) for f in order], self._names[queue])
+
+    def queue_entry(self, queue: int) -> Key:
+        """``queue_key`` with the queue itself appended, built as one tuple: what a heap of
+        queues holds (the name before it is unique: the queue is never compared)."""
+        order = self.queue_order
+        if len(order) == 1:
+            return (*order[0](queue), self._names[queue], queue)
+        return _joined([f(queue) for f in order], self._names[queue], queue)
 
     def victim_key(self, job: JobInfo, task: Task) -> Key:
         """Where running ``task`` of ``job`` comes as a victim."""
@@ -154,3 +169,12 @@ class SessionCallbacks:
             if not judge(job, unit):
                 return False
         return bool(judges)
+
+
+def _joined(keys: list[Key], *tail: Any) -> Key:
+    """The plugins' keys laid end to end, then ``tail``."""
+    out: list[Any] = []
+    for key in keys:
+        out.extend(key)
+    out.extend(tail)
+    return tuple(out)

@@ -170,13 +170,18 @@ def fair_shares(
     return fair
 
 
-def dominant_ratio(held: Mapping[str, int], fair: Mapping[str, int]) -> float:
-    """max over resources held of held ÷ fair share (infinite where the share is 0)."""
+def dominant_ratio(held: Vector, fair: Vector) -> float:
+    """max over resources held of held ÷ fair share (infinite where the share is 0).
+
+    Of vectors (dicts), not mappings: the compiled build walks a dict natively, and a
+    queue's ratio is worked out again each time its account changes."""
     ratio = 0.0
     for r, amount in held.items():
         if amount > 0:
             share = fair.get(r, 0)
             if share <= 0:
                 return math.inf
-            ratio = max(ratio, amount / share)
+            part = amount / share  # compared, not ``max``: floats unboxed when compiled
+            if part > ratio:
+                ratio = part
     return ratio

@@ -60,6 +60,11 @@ class QueueLedger:
         # The tree's paths, held here: the tree is not compiled, and a charge (every
         # placement and its undoing) would read them as an attribute of an object.
         self._path: list[tuple[int, ...]] = tree.path
+        # The same for what limit checks read of each queue's spec (a frozen dataclass of
+        # that module, its attributes read generically): the limits, and which queues
+        # free pods with a card from their CPU and memory limits.
+        self._limit: list[Mapping[str, int]] = [spec.limit for spec in tree.specs]
+        self._card_free: list[bool] = [spec.card_unlimited_cpu_memory for spec in tree.specs]
         self.allocated: list[Vector] = [{} for _ in range(n)]
         self.inqueue: list[Vector] = [{} for _ in range(n)]
         self.demand: list[Vector] = [{} for _ in range(n)]
@@ -78,8 +83,9 @@ class QueueLedger:
             changed[q] = version
 
     def admit(self, queue: int, vec: Mapping[str, int], sign: int = 1) -> None:
-        for q in self.tree.path[queue]:
-            add(self.inqueue[q], vec, sign)
+        inqueue = self.inqueue
+        for q in self._path[queue]:
+            add(inqueue[q], vec, sign)
 
     def shortfall(
         self,
@@ -94,15 +100,17 @@ class QueueLedger:
         A request that takes a card is not held to the CPU and memory limits of a queue
         that says so (its ``card_unlimited_cpu_memory``), or of any queue when the
         capacity-card argument does."""
-        names = list(vec if resources is None else resources)
+        names: list[str] | None = None  # made at the first queue with a limit: most have none
         carded: bool | None = None  # asked once, and only of a queue with the flag: hot path
-        for q in self.tree.path[queue]:
-            spec = self.tree.specs[q]
-            limit = spec.limit
+        limits, card_free = self._limit, self._card_free
+        for q in self._path[queue]:
+            limit = limits[q]
             if not limit:
                 continue
+            if names is None:
+                names = list(vec if resources is None else resources)
             free = False
-            if self.card_unlimited_cpu_memory or spec.card_unlimited_cpu_memory:
+            if self.card_unlimited_cpu_memory or card_free[q]:
                 if carded is None:
                     carded = any(a for r, a in vec.items() if r not in (CPU, MEMORY, GPU))
                 free = carded
@@ -114,5 +122,5 @@ class QueueLedger:
                     continue
                 already = held.get(r, 0) + queued.get(r, 0)
                 if already + amount > limit[r]:
-                    return Shortfall(spec.name, r, amount, already, limit[r])
+                    return Shortfall(self.tree.name(q), r, amount, already, limit[r])
         return None

@@ -56,15 +56,20 @@ class Proportion:
         offered[GPU] += session.dra_capacity()  # DRA GPUs are GPUs too
         ledger.fair = fair_shares(tree, offered, ledger.demand)
 
-        ratios: dict[int, tuple[int, float]] = {}
+        # Each queue's dominant ratio, and the ledger's version when it was worked out: it
+        # stands until the queue's account next changes. Lists, not a dictionary of pairs:
+        # asked for every queue re-keyed, after every job served.
+        ratios: list[float] = [0.0] * len(tree)
+        ratios_at: list[int] = [-1] * len(tree)
+        changed, allocated, fair = ledger.changed, ledger.allocated, ledger.fair
 
         def ratio(queue: int) -> float:
             """The queue's dominant ratio, kept until the queue's account next changes."""
-            found = ratios.get(queue)
-            if found is not None and found[0] >= ledger.changed[queue]:
-                return found[1]
-            value = dominant_ratio(ledger.allocated[queue], ledger.fair[queue])
-            ratios[queue] = (ledger.version, value)
+            if ratios_at[queue] >= changed[queue]:
+                return ratios[queue]
+            value = dominant_ratio(allocated[queue], fair[queue])
+            ratios[queue] = value
+            ratios_at[queue] = ledger.version
             return value
 
         def within_fair(queues: tuple[int, ...], need: Vector) -> bool:
@@ -148,7 +153,18 @@ class Proportion:
                         return False
             return True
 
-        session.callbacks.queue_order.append(lambda q: (ratio(q), -tree.specs[q].priority))
+        # Read once: the tree is plain Python even compiled, and a queue is keyed after
+        # every job served from it.
+        minus_priority = [-spec.priority for spec in tree.specs]
+
+        def queue_order(queue: int) -> tuple[float, int]:
+            # ``ratio``, inlined: a closure called from a closure is a generic call.
+            if ratios_at[queue] < changed[queue]:
+                ratios[queue] = dominant_ratio(allocated[queue], fair[queue])
+                ratios_at[queue] = ledger.version
+            return (ratios[queue], minus_priority[queue])
+
+        session.callbacks.queue_order.append(queue_order)
         session.callbacks.victim_order.append(lambda job, t: (-ratio(job.queue),))
         session.callbacks.can_reclaim.append(lambda job, need: within_fair((job.queue,), need))
 
