@@ -97,33 +97,6 @@ def quota_status(short: Shortfall) -> Status:
     return Status(Code.UNSCHEDULABLE, (short.message,), "queue", short.code)
 
 
-def _pod_name(task: Task) -> str:
-    return task.pod.key
-
-
-def _order_pending(tasks: list[Task], callbacks: SessionCallbacks) -> None:
-    """Sort a job's pending ``tasks`` by ``callbacks.task_key``."""
-    # Some 4,000 jobs a session have several pods, which mostly share the plugins' part of
-    # the key (one priority a job) and come in their names' order: then the key's order is
-    # the names', and checking that costs a comparison of names a pod, where the sort by
-    # the whole key built a key of two tuples a pod and compared them generically.
-    order = callbacks.task_order
-    if len(order) > 1:
-        tasks.sort(key=callbacks.task_key)
-        return
-    if order:
-        head = order[0]
-        first = head(tasks[0])
-        for i in range(1, len(tasks)):
-            if head(tasks[i]) != first:
-                tasks.sort(key=callbacks.task_key)
-                return
-    for i in range(1, len(tasks)):
-        if tasks[i].pod.key < tasks[i - 1].pod.key:
-            tasks.sort(key=_pod_name)
-            return
-
-
 class Session:
     def __init__(
         self, snapshot: Snapshot, scheduler: Scheduler, plugins: Sequence[SessionPlugin] = ()
@@ -167,7 +140,7 @@ class Session:
                     if verdict is not None:
                         job.problem = verdict.message
                 if len(job.pending) > 1:
-                    _order_pending(job.pending, callbacks)
+                    callbacks.sort_tasks(job.pending)
 
     def job_for(self, task: Task) -> JobInfo:
         """The job of ``task``, one of the session's."""

@@ -157,14 +157,7 @@ class Proportion:
         # every job served from it.
         minus_priority = [-spec.priority for spec in tree.specs]
 
-        def queue_order(queue: int) -> tuple[float, int]:
-            # ``ratio``, inlined: a closure called from a closure is a generic call.
-            if ratios_at[queue] < changed[queue]:
-                ratios[queue] = dominant_ratio(allocated[queue], fair[queue])
-                ratios_at[queue] = ledger.version
-            return (ratios[queue], minus_priority[queue])
-
-        session.callbacks.queue_order.append(queue_order)
+        session.callbacks.queue_order.append(lambda q: (ratio(q), minus_priority[q]))
         session.callbacks.victim_order.append(lambda job, t: (-ratio(job.queue),))
         session.callbacks.can_reclaim.append(lambda job, need: within_fair((job.queue,), need))
 
