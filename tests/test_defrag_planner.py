@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from kgpu.actions.defrag_planner import Plan, apply_step, plan_moves
+from kgpu.actions.defrag_planner import Gang, Plan, apply_step, plan_moves
 from kgpu.actions.defrag_rules import PREEMPTIBLE_ANNOTATION, MoveFacts, RunningPod
 from kgpu.config import load_profile
 from kgpu.framework.defrag_config import Defragmentation
@@ -50,7 +50,7 @@ class World:
 
         return MoveFacts(NOW, on_node, self.job_min, self.job_running, self.budget_allowed)
 
-    def plan(self, *pending: PodSpec, config: Defragmentation = ON) -> Plan:
+    def plan(self, *pending: PodSpec | Gang, config: Defragmentation = ON) -> Plan:
         before = dict(self.state.allocations)
         plan = plan_moves(self.state, pending, self.facts(), self.scheduler.placement, config)
         assert self.state.allocations == before  # trials are undone

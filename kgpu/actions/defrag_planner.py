@@ -28,6 +28,14 @@ How it works, per waiting pod:
 5. A trial that succeeds is the pod's step; it stays in place while the later pods are
    planned (they see the room it took), and the round's move budget shrinks by its moves.
 
+A gang (``Gang``: waiting pods of one job, ``need`` of which must start together) is
+planned as one: its members in order, each placed as it fits now or by a step of its own
+(the steps above, each seeing the room the earlier members took), until ``need`` of them
+are placed; the pods moved for it are placed again only then. Short of that, every trial
+of the gang is undone and it gets no step: room for some of a gang's pods is no room for
+the gang. A gang whose members all fit without
+a move gets none either: what holds it back is not room.
+
 The state is changed only for trials and comes back with the allocations it had (its
 clocks do move, which only makes caches look again). ``apply_step`` then carries a step
 out on a state as it was planned; the live edge evicts instead.
@@ -85,12 +93,23 @@ class Step:
     moves: tuple[Move, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """Waiting pods of job ``key``, in the order to place them; ``need`` of them (its
+    ``minMember`` less its running pods) must start together."""
+
+    key: str
+    members: tuple[PodSpec, ...]
+    need: int
+
+
 @dataclass(slots=True)
 class Plan:
-    """A round's steps, in order, and why each waiting pod examined got none."""
+    """A round's steps, in order, and why each waiting pod (or gang, by its job's key)
+    examined got none."""
 
     steps: list[Step] = field(default_factory=list)
-    unplanned: dict[PodKey, str] = field(default_factory=dict)
+    unplanned: dict[str, str] = field(default_factory=dict)
 
     @property
     def moves(self) -> int:
@@ -99,7 +118,8 @@ class Plan:
 
 @dataclass(slots=True)
 class _Trial:
-    """What a successful trial changed, to undo it."""
+    """What a successful trial changed, to undo it: every pod it placed is released before
+    any it released is put back, so the room each had is free again."""
 
     released: list[Allocation]
     placed: list[PodKey]
@@ -123,31 +143,39 @@ class _Node:
 
 def plan_moves(
     state: ClusterState,
-    pending: Sequence[PodSpec],
+    pending: Sequence[PodSpec | Gang],
     facts: MoveFacts,
     find: Find,
     config: Defragmentation,
 ) -> Plan:
-    """Steps for the waiting pods ``pending`` (each of which fits nowhere now), in their
-    order, within ``config.max_moves_per_round`` moves. ``find`` is the scheduler's
-    placement. ``state`` comes back with the allocations it had."""
+    """Steps for the waiting pods and gangs ``pending`` (each pod of which fits nowhere
+    now), in their order, within ``config.max_moves_per_round`` moves. ``find`` is the
+    scheduler's placement. ``state`` comes back with the allocations it had."""
     plan = Plan()
     taken = Taken()
     budget = config.max_moves_per_round
     trials: list[_Trial] = []
     try:
-        for pod in pending:
+        for item in pending:
             if budget <= 0:
-                plan.unplanned[pod.key] = "the round's moves are spent"
+                plan.unplanned[item.key] = "the round's moves are spent"
                 continue
-            found = _plan_one(state, pod, facts, find, config, taken, budget)
-            if isinstance(found, str):
-                plan.unplanned[pod.key] = found
-                continue
-            step, trial = found
-            trials.append(trial)
-            plan.steps.append(step)
-            budget -= len(step.moves)
+            if isinstance(item, Gang):
+                found_gang = _plan_gang(state, item, facts, find, config, taken, budget)
+                if isinstance(found_gang, str):
+                    plan.unplanned[item.key] = found_gang
+                    continue
+                steps, item_trials = found_gang
+            else:
+                found = _search(state, item, facts, find, config, taken, budget, again=True)
+                if isinstance(found, str):
+                    plan.unplanned[item.key] = found
+                    continue
+                steps = [_step(state, item, found, facts, config, taken)]
+                item_trials = [found.trial]
+            trials.extend(item_trials)
+            plan.steps.extend(steps)
+            budget -= sum(len(step.moves) for step in steps)
     finally:
         for trial in reversed(trials):
             trial.undo(state)
@@ -171,7 +199,82 @@ def asks(pod: PodSpec) -> str:
     return f"{req.count} GPU" + ("s" if req.count > 1 else "")
 
 
-def _plan_one(
+def _plan_gang(
+    state: ClusterState,
+    gang: Gang,
+    facts: MoveFacts,
+    find: Find,
+    config: Defragmentation,
+    taken: Taken,
+    budget: int,
+) -> tuple[list[Step], list[_Trial]] | str:
+    """The steps that let ``gang.need`` of the gang's members start together, or why there
+    are none (its trials then undone, ``taken`` as it was). The pods a member's room is
+    made of are placed again once every member is in: placed at once, one could take the
+    room the next member needs."""
+    if gang.need <= 0:
+        return f"gang {gang.key}: its minimum is running; no move is needed to start it"
+    if gang.need > len(gang.members):
+        return (
+            f"gang {gang.key}: needs {gang.need} more pods to start, {len(gang.members)} "
+            "wait: moves cannot start it"
+        )
+    mine = _copy(taken)
+    made: list[tuple[PodSpec, _Tried, Taken]] = []  # a member, its room, ``mine`` before it
+    trials: list[_Trial] = []
+    placed = 0
+    why = ""
+    for pod in gang.members:
+        if placed == gang.need:
+            break
+        fits = find(state, pod)
+        if fits is not None:
+            state.allocate(pod, fits.node, fits.gpus)
+            trials.append(_Trial([], [pod.key]))
+            placed += 1
+            continue
+        left = budget - sum(len(tried.evicted) for _, tried, _ in made)
+        found = (
+            _search(state, pod, facts, find, config, mine, left, again=False)
+            if left > 0
+            else "the round's moves are spent"
+        )
+        if isinstance(found, str):
+            why = f"pod {pod.key}: {found}"
+            break
+        made.append((pod, found, _copy(mine)))
+        mine.add([running for running, _ in found.evicted])
+        trials.append(found.trial)
+        placed += 1
+    steps: list[Step] = []
+    if placed == gang.need and made:
+        for pod, tried, before in made:
+            if not _again(state, tried, find):
+                why = f"a pod moved for {pod.key} has nowhere else to go once the gang is in"
+                break
+            steps.append(_step(state, pod, tried, facts, config, before))
+    # One undo for the whole gang: the pods moved for a member were placed again after
+    # the later members' trials, so its trials do not undo one after another.
+    whole = _Trial([a for t in trials for a in t.released], [k for t in trials for k in t.placed])
+    if len(steps) < len(made) or placed < gang.need or not made:
+        whole.undo(state)
+        if placed < gang.need:
+            return f"gang {gang.key}: room for {placed} of the {gang.need} pods it needs; {why}"
+        if made:
+            return f"gang {gang.key}: {why}"
+        return (
+            f"gang {gang.key}: the {gang.need} pod(s) it needs fit without moves; what holds "
+            "it back is not room"
+        )
+    taken.jobs, taken.budgets, taken.pods = mine.jobs, mine.budgets, mine.pods
+    return steps, [whole]
+
+
+def _copy(taken: Taken) -> Taken:
+    return Taken(Counter(taken.jobs), Counter(taken.budgets), set(taken.pods))
+
+
+def _search(
     state: ClusterState,
     pod: PodSpec,
     facts: MoveFacts,
@@ -179,8 +282,11 @@ def _plan_one(
     config: Defragmentation,
     taken: Taken,
     budget: int,
-) -> tuple[Step, _Trial] | str:
-    """The step for one waiting pod, or why there is none."""
+    *,
+    again: bool,
+) -> _Tried | str:
+    """The trial that made room for ``pod`` (its moved pods placed again if ``again``), or
+    why there is none."""
     req = pod.gpu
     if req.count == 0 or req.kind is not GpuKind.GPU or not req.plain:
         return "defragmentation plans for whole GPUs or a share of one GPU only"
@@ -221,9 +327,9 @@ def _plan_one(
                     fitting.append((moved, node.rank, keys, node, subset))
         fitting.sort(key=lambda c: c[:3])
         for _, _, _, node, subset in fitting[:MAX_TRIALS]:
-            found = _trial(state, pod, node, [node.movable[i] for i in subset], find)
+            found = _trial(state, pod, node, [node.movable[i] for i in subset], find, again)
             if found is not None:
-                return _step(state, pod, found, facts, config, taken)
+                return found
         if counted > MAX_SUBSETS:
             break
     if not nodes:
@@ -314,16 +420,25 @@ def _together(node: _Node, subset: tuple[int, ...], facts: MoveFacts, taken: Tak
 
 @dataclass(slots=True)
 class _Tried:
+    """A trial that made room: where the pod went, the pods evicted for it and, once placed
+    again, where each went."""
+
     placement: Placement
+    evicted: list[tuple[RunningPod, Allocation]]
     moved: list[tuple[RunningPod, Allocation, Placement]]
     trial: _Trial
 
 
 def _trial(
-    state: ClusterState, pod: PodSpec, node: _Node, pods: list[RunningPod], find: Find
+    state: ClusterState,
+    pod: PodSpec,
+    node: _Node,
+    pods: list[RunningPod],
+    find: Find,
+    again: bool = True,
 ) -> _Tried | None:
-    """Evict ``pods``, place ``pod`` on the node and ``pods`` again, all with ``find``;
-    None (and the state as it was) if any of that fails."""
+    """Evict ``pods`` and place ``pod`` on the node with ``find``, then (``again``) place
+    ``pods`` again; None (and the state as it was) if any of that fails."""
     released = [state.release(p.key) for p in pods]
     trial = _Trial(released, [])
     placement = find(state, pod)
@@ -332,19 +447,26 @@ def _trial(
         return None
     state.allocate(pod, placement.node, placement.gpus)
     trial.placed.append(pod.key)
-    moved = []
-    by_size = sorted(
-        zip(pods, released, strict=True), key=lambda m: (-m[1].gpu_milli * len(m[1].gpus), m[0].key)
-    )
+    tried = _Tried(placement, list(zip(pods, released, strict=True)), [], trial)
+    if again and not _again(state, tried, find):
+        trial.undo(state)
+        return None
+    return tried
+
+
+def _again(state: ClusterState, tried: _Tried, find: Find) -> bool:
+    """Place the pods evicted in ``tried`` again with ``find``, biggest first; False if one
+    has nowhere to go or would land back on the GPUs it held (then the caller undoes the
+    trial, which holds what was placed)."""
+    by_size = sorted(tried.evicted, key=lambda m: (-m[1].gpu_milli * len(m[1].gpus), m[0].key))
     for running, alloc in by_size:
         again = find(state, running.pod)
         if again is None or (again.node == alloc.node and again.gpus == alloc.gpus):
-            trial.undo(state)
-            return None
+            return False
         state.allocate(running.pod, again.node, again.gpus)
-        trial.placed.append(running.key)
-        moved.append((running, alloc, again))
-    return _Tried(placement, moved, trial)
+        tried.trial.placed.append(running.key)
+        tried.moved.append((running, alloc, again))
+    return True
 
 
 def _step(
@@ -354,7 +476,7 @@ def _step(
     facts: MoveFacts,
     config: Defragmentation,
     taken: Taken,
-) -> tuple[Step, _Trial]:
+) -> Step:
     """The step a successful trial makes, each move with its reason; ``taken`` counts it."""
     name = [node.name for node in state.nodes]
     at = tried.placement
@@ -371,4 +493,4 @@ def _step(
         )
         taken.add([running])
         moves.append(Move(running.pod, alloc.node, alloc.gpus, again.node, again.gpus, reason))
-    return Step(pod, at.node, at.gpus, tuple(moves)), tried.trial
+    return Step(pod, at.node, at.gpus, tuple(moves))

@@ -13,10 +13,13 @@ PodDisruptionBudgets are cached too (``policy/v1`` where the server serves it, e
 2. No round while moves of an earlier one are under way (a moved pod still in the cache,
    for at most ``MOVE_TIMEOUT_S``), nor while the session preempts or its preemptors wait
    for victims: room is already on its way.
-3. The waiting pods: those the session left Unschedulable that ask for GPUs, fit nowhere
-   now, and are not members of a gang (a PodGroup with ``minMember`` above 1: room for one
-   member is no room for the gang); in the session's order, at most
-   ``MAX_WAITING_PER_ROUND``.
+3. The waiting pods: those the session left Unschedulable that ask for GPUs and fit
+   nowhere now, in the session's order; and the gangs (a PodGroup with ``minMember``
+   above 1) whose waiting pods the session left Unschedulable, each planned as one, for
+   its ``minMember`` less its running pods (the planner's ``Gang``): room for one member
+   is no room for the gang. A gang that requires a topology domain (a level the profile
+   declares) gets no moves: the planner places pods one by one, not in a domain. At most
+   ``MAX_WAITING_PER_ROUND`` pods, a gang counting its waiting pods, and no gang with more.
 4. The rate limit: at most ``maxEvictionsPerMinute`` evictions asked in any 60 seconds;
    a round plans no more moves than are left, and none when none are.
 5. The facts (:mod:`kgpu.kube.live.defrag_facts`) and the plan, over the session's state
@@ -26,7 +29,9 @@ PodDisruptionBudgets are cached too (``policy/v1`` where the server serves it, e
 The waiting pod is not bound by the round: once its movers are gone the cluster has
 changed, and the next session places it like any other pod (the moved pods, started
 again by their controllers, come after it: the session orders jobs of equal priority by
-creation, and they are newer, and of no higher priority).
+creation, and they are newer, and of no higher priority). So is a gang, all its pods at
+once; a gang's steps are evicted one after another, and one refused (a budget's 429)
+leaves the rest unmade, as for any step: a later round plans again.
 """
 
 from __future__ import annotations
@@ -37,11 +42,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Final
 
-from kgpu.actions.defrag_planner import Move, plan_moves
+from kgpu.actions.defrag_planner import Gang, Move, plan_moves
 from kgpu.framework.defrag_config import Defragmentation
 from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.status import Code
@@ -64,6 +69,7 @@ from kgpu.kube.objects.disruption_budgets import LiveBudget, budget_from_k8s
 from kgpu.kube.objects.fields import ConversionError
 from kgpu.kube.objects.queue_podgroup import pod_group_of
 from kgpu.model.pod import PodKey, PodSpec
+from kgpu.model.topology_request import REQUIRED
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +112,12 @@ class DefragLive:
         config: Defragmentation,
         budgets: Informer,
         *,
+        topology: bool = False,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
+        self.topology = topology  # the profile declares topology levels
         self.budgets = budgets
         self.recorder = recorder
         self.metrics = metrics
@@ -125,7 +133,7 @@ class DefragLive:
         self._lock = threading.Lock()
         self._moving: dict[PodKey, _Moving] = {}
         self._asked: deque[float] = deque()  # when each eviction was handed over
-        self._said: dict[PodKey, str] = {}  # why the last round planned no moves, by pod
+        self._said: dict[str, str] = {}  # why the last round planned no moves, by pod or job
         # uid -> (resourceVersion, the budget or why not): read once per version.
         self._read: dict[str, tuple[str, LiveBudget | ConversionError]] = {}
 
@@ -141,8 +149,10 @@ class DefragLive:
         result = d.result
         if result.evictions or result.nominations or d.leaving:
             return  # preemption is making room already
-        waiting = self._waiting(d, scheduler)
+        skipped: dict[str, str] = {}
+        waiting = self._waiting(d, scheduler, skipped)
         if not waiting:
+            self._say(skipped)
             return
         with self._lock:
             while self._asked and self._asked[0] <= now - WINDOW_S:
@@ -154,11 +164,14 @@ class DefragLive:
         most = min(left, self.config.max_moves_per_round)
         config = self.config.model_copy(update={"max_moves_per_round": most})
         facts = move_facts(d.snap, d.objects, by_namespace(budgets), self.wall())
+        waiting = [
+            w
+            if isinstance(w, PodSpec)
+            else replace(w, need=facts.job_min.get(w.key, w.need) - facts.job_running.get(w.key, 0))
+            for w in waiting
+        ]
         plan = plan_moves(d.snap.state, waiting, facts, scheduler.placement, config)
-        for key, why in plan.unplanned.items():
-            if self._said.get(key) != why:  # said again only when it changes
-                log.info("defragmentation: no moves for %s: %s", key, why)
-        self._said = dict(plan.unplanned)
+        self._say({**skipped, **plan.unplanned})
         if not plan.steps:
             self.metrics.rounds.labels("nothing").inc()
             return
@@ -175,6 +188,13 @@ class DefragLive:
                     self._asked.append(now)
             carry = partial(self.evictor.carry_out, step, pods, names.__getitem__, self._done)
             self._pool.submit(carry)
+
+    def _say(self, unplanned: Mapping[str, str]) -> None:
+        """Log why each waiting pod or gang got no moves, again only when that changes."""
+        for key, why in unplanned.items():
+            if self._said.get(key) != why:
+                log.info("defragmentation: no moves for %s: %s", key, why)
+        self._said = dict(unplanned)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -194,24 +214,68 @@ class DefragLive:
                     del self._moving[key]
             return bool(self._moving)
 
-    def _waiting(self, d: Decided, scheduler: Scheduler) -> list[PodSpec]:
-        """The session's waiting pods a round plans for (step 3), in the session's order."""
+    def _waiting(
+        self, d: Decided, scheduler: Scheduler, skipped: dict[str, str]
+    ) -> list[PodSpec | Gang]:
+        """The session's waiting pods and gangs a round plans for (step 3), in the
+        session's order (a gang where its first waiting pod is); a gang's ``need`` is its
+        ``minMember`` until the facts say how many of its pods run. Why a gang gets no
+        moves goes to ``skipped``, by its job."""
         unschedulable = {p.pod for p in d.result.pending if p.status.code == Code.UNSCHEDULABLE}
         state = d.snap.state
-        out: list[PodSpec] = []
+        out: list[PodSpec | Gang] = []
+        gangs: dict[str, list[PodSpec]] = {}
+        mins: dict[str, int] = {}
         for pending in d.batch:
             spec = pending.spec
-            if spec.key not in unschedulable or spec.gpu.count == 0:
+            if spec.key not in unschedulable:
                 continue
-            group = d.objects.jobs.get(pod_group_of(spec))
+            job = pod_group_of(spec)
+            group = d.objects.jobs.get(job)
             if group is not None and group.min_member > 1:
+                if str(job) not in gangs:
+                    gangs[str(job)] = []
+                    mins[str(job)] = group.min_member
+                    out.append(Gang(str(job), (), group.min_member))
+                gangs[str(job)].append(spec)
+                continue
+            if spec.gpu.count == 0:
                 continue
             if scheduler.placement(state, spec) is not None:
-                continue  # it fits now: what held it back is not room (a quota, a gang)
+                continue  # it fits now: what held it back is not room (a quota)
             out.append(spec)
-            if len(out) == MAX_WAITING_PER_ROUND:
-                break
-        return out
+        kept: list[PodSpec | Gang] = []
+        count = 0
+        for item in out:
+            if isinstance(item, Gang):
+                members = gangs[item.key]
+                if not any(m.gpu.count for m in members):
+                    continue
+                why = self._no_gang_moves(members)
+                if why:
+                    skipped[item.key] = f"gang {item.key}: {why}"
+                    continue
+                item = replace(item, members=tuple(members))
+            size = len(item.members) if isinstance(item, Gang) else 1
+            if count + size > MAX_WAITING_PER_ROUND:
+                continue
+            kept.append(item)
+            count += size
+        return kept
+
+    def _no_gang_moves(self, members: list[PodSpec]) -> str:
+        """Why a gang asking for GPUs gets no moves, or "" where it may."""
+        if len(members) > MAX_WAITING_PER_ROUND:
+            return (
+                f"{len(members)} of its pods wait; defragmentation plans for gangs of at most "
+                f"{MAX_WAITING_PER_ROUND} waiting pods"
+            )
+        if self.topology and any(k in m.annotations for m in members for k in REQUIRED):
+            return (
+                "it requires a topology domain, and defragmentation makes room pod by pod, "
+                "not within a domain"
+            )
+        return ""
 
     def _read_budgets(self) -> list[tuple[str, LiveBudget | None]]:
         """Every cached budget by key, None for one refused; a Warning for each newly bad."""

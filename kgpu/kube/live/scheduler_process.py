@@ -217,6 +217,7 @@ class RunningScheduler:
                 elector.is_leader if elector is not None else lambda: True,
                 self.profile.defragmentation,
                 budgets,
+                topology=bool(self.profile.topology.levels),
             )
         self.loop = SchedulerLoop(
             self.client,
