@@ -222,46 +222,48 @@ class DefragLive:
         ``minMember`` until the facts say how many of its pods run. Why a gang gets no
         moves goes to ``skipped``, by its job."""
         unschedulable = {p.pod for p in d.result.pending if p.status.code == Code.UNSCHEDULABLE}
-        state = d.snap.state
-        out: list[PodSpec | Gang] = []
+        # First the gangs' waiting pods, by job (no cycle run): a gang is planned where its
+        # first waiting pod comes, with all of them.
+        order: list[PodSpec | str] = []
         gangs: dict[str, list[PodSpec]] = {}
-        mins: dict[str, int] = {}
         for pending in d.batch:
             spec = pending.spec
             if spec.key not in unschedulable:
                 continue
-            job = pod_group_of(spec)
-            group = d.objects.jobs.get(job)
-            if group is not None and group.min_member > 1:
-                if str(job) not in gangs:
-                    gangs[str(job)] = []
-                    mins[str(job)] = group.min_member
-                    out.append(Gang(str(job), (), group.min_member))
-                gangs[str(job)].append(spec)
-                continue
-            if spec.gpu.count == 0:
-                continue
-            if scheduler.placement(state, spec) is not None:
-                continue  # it fits now: what held it back is not room (a quota)
-            out.append(spec)
-        kept: list[PodSpec | Gang] = []
+            job = str(pod_group_of(spec))
+            group = d.objects.jobs.get(pod_group_of(spec))
+            if group is None or group.min_member <= 1:
+                if spec.gpu.count:
+                    order.append(spec)
+            elif job in gangs:
+                gangs[job].append(spec)
+            else:
+                gangs[job] = [spec]
+                order.append(job)
+        state = d.snap.state
+        out: list[PodSpec | Gang] = []
         count = 0
-        for item in out:
-            if isinstance(item, Gang):
-                members = gangs[item.key]
-                if not any(m.gpu.count for m in members):
-                    continue
-                why = self._no_gang_moves(members)
-                if why:
-                    skipped[item.key] = f"gang {item.key}: {why}"
-                    continue
-                item = replace(item, members=tuple(members))
-            size = len(item.members) if isinstance(item, Gang) else 1
-            if count + size > MAX_WAITING_PER_ROUND:
+        for item in order:
+            if count == MAX_WAITING_PER_ROUND:
+                break
+            if isinstance(item, PodSpec):
+                # A whole cycle each: asked only of the pods the round may still take.
+                if scheduler.placement(state, item) is not None:
+                    continue  # it fits now: what held it back is not room (a quota)
+                out.append(item)
+                count += 1
                 continue
-            kept.append(item)
-            count += size
-        return kept
+            members = gangs[item]
+            if not any(m.gpu.count for m in members):
+                continue
+            why = self._no_gang_moves(members)
+            if why:
+                skipped[item] = f"gang {item}: {why}"
+            elif count + len(members) <= MAX_WAITING_PER_ROUND:
+                group = d.objects.jobs[pod_group_of(members[0])]
+                out.append(Gang(item, tuple(members), group.min_member))
+                count += len(members)
+        return out
 
     def _no_gang_moves(self, members: list[PodSpec]) -> str:
         """Why a gang asking for GPUs gets no moves, or "" where it may."""
