@@ -122,5 +122,5 @@ def test_the_state_comes_back_whole_after_a_gang_s_plan() -> None:
 
 def test_a_gang_whose_minimum_runs_needs_no_move() -> None:
     assert _world().plan(_gang(2, 0)).unplanned == {
-        "default/g": "gang default/g: its minimum is running; no move is needed to start it"
+        "default/g": "gang default/g: its minimum is running; its extra pods get no moves"
     }

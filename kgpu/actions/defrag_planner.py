@@ -213,7 +213,9 @@ def _plan_gang(
     made of are placed again once every member is in: placed at once, one could take the
     room the next member needs."""
     if gang.need <= 0:
-        return f"gang {gang.key}: its minimum is running; no move is needed to start it"
+        # Its waiting pods are extras, placed as room allows and the first to go when room
+        # is taken back: no running pod is restarted for them.
+        return f"gang {gang.key}: its minimum is running; its extra pods get no moves"
     if gang.need > len(gang.members):
         return (
             f"gang {gang.key}: needs {gang.need} more pods to start, {len(gang.members)} "
