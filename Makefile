@@ -43,6 +43,7 @@ demo: $(VENV)/.installed
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check kgpu tests bench
+	$(BIN)/ruff format --check kgpu tests bench
 	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.dev-installed

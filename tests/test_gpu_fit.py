@@ -94,9 +94,15 @@ def _mixed_cluster(count: int) -> ClusterState:
         for j, share in enumerate(rng.choice([0, 300, 600, 1000], size=6).tolist()):
             if not share:
                 continue
-            pod = make_pod(f"x{i}-{j}").share(share) if share < 1000 else make_pod(f"x{i}-{j}").gpus(1)
+            pod = (
+                make_pod(f"x{i}-{j}").share(share)
+                if share < 1000
+                else make_pod(f"x{i}-{j}").gpus(1)
+            )
             placed = pod.build()
-            room = [g for g, f in enumerate(state.gpu_row(i)[: state.nodes[i].gpu_count]) if f >= share]
+            room = [
+                g for g, f in enumerate(state.gpu_row(i)[: state.nodes[i].gpu_count]) if f >= share
+            ]
             if room and not state.fits(placed, i, room[:1]):
                 state.allocate(placed, i, room[:1])
     return state

@@ -204,7 +204,9 @@ def test_a_gang_comes_as_its_youngest_pod_once_every_pod_is_old_enough() -> None
         snap.job(job, "q", min_member=len(pods))
         for name, node, started in pods:
             snap.running(make_pod(name).gpus(1), node=node, job=job, started=started)
-    session = open_session(snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig())
+    session = open_session(
+        snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig()
+    )
     pool = VictimPool(session, session.jobs)
     assert [u.job.key.removeprefix("default/") for u in pool.units] == [
         "new",
@@ -431,7 +433,9 @@ def test_a_pools_units_of_some_queues_come_in_victim_order_however_often_read() 
     for i, queue in enumerate(("x", "y", "z", "x", "z", "y", "x")):
         snap.job(f"j{i}", queue)
         snap.running(make_pod(f"j{i}").gpus(1), node="a", job=f"j{i}", started=float(i))
-    session = open_session(snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig())
+    session = open_session(
+        snap.snapshot(), build_scheduler(load_profile("bestfit")), SessionConfig()
+    )
     pool = VictimPool(session, session.jobs)
     named = {session.tree.name(u.job.queue): u.job.queue for u in pool.units}
     queues = {named["x"], named["z"]}

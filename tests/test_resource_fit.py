@@ -102,7 +102,9 @@ def test_most_of_the_cluster_gets_the_verdicts_its_nodes_get_apart(pod: PodSpec)
     every = NodeResourcesFit().filter(cycle, pod, np.arange(80, dtype=np.int64))
     parts = [np.arange(start, min(start + 17, 80), dtype=np.int64) for start in range(0, 80, 17)]
     apart = [NodeResourcesFit().filter(cycle, pod, part) for part in parts]
-    alone = [NodeResourcesFit().filter(cycle, pod, np.array([n], dtype=np.int64)) for n in range(80)]
+    alone = [
+        NodeResourcesFit().filter(cycle, pod, np.array([n], dtype=np.int64)) for n in range(80)
+    ]
     reasons = verdict_reasons(every)
     assert len(set(reasons)) == 4  # every reason and a pass, so the order of tests is seen
     assert reasons == [r for part in apart for r in verdict_reasons(part)]

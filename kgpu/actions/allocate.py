@@ -148,9 +148,7 @@ class Allocate:
                 status = Status(Code.UNSCHEDULABLE, (text,), "", "MaxMember")
                 session.note(job, status, job.pending[room:])
 
-    def _serve(
-        self, session: Session, placer: Placer, jobs: list[JobInfo], gangs: bool
-    ) -> None:
+    def _serve(self, session: Session, placer: Placer, jobs: list[JobInfo], gangs: bool) -> None:
         waiting: dict[int, list[tuple[Key, JobInfo]]] = {}
         for job in jobs:
             if not schedulable(session, job):

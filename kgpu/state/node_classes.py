@@ -86,4 +86,3 @@ class NodeClasses:
         first = np.empty(len(which), dtype=np.int64)
         first[inverse] = nodes  # any node of a state stands for all of it
         return first, inverse
-

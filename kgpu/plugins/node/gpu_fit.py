@@ -128,9 +128,7 @@ class GpuFit:
                 return Verdicts.all_pass(len(nodes))
             if len(nodes) > _FEW_PLAIN:
                 return self._plain(cycle.state, req, nodes)
-            return one_by_one(
-                [_why_not_plain(cycle.state, req, n) for n in nodes.tolist()]
-            )
+            return one_by_one([_why_not_plain(cycle.state, req, n) for n in nodes.tolist()])
         if len(nodes) <= _FEW_NODES:
             return self._few(cycle.state, req, nodes)
         return self._many(cycle.state, req, nodes)
@@ -226,7 +224,6 @@ class GpuFit:
         if memory_short is not None:
             verdicts.reject(reasons.INSUFFICIENT_GPU_MEMORY, memory_short)
         return verdicts
-
 
     @staticmethod
     def _plain_over_all(state: ClusterState, req: GpuRequest, nodes: IntArray) -> Verdicts:
