@@ -231,6 +231,11 @@ def test_a_protected_pod_stays(
     assert double.get("pods", "mover", "default") is not None
     assert "big" not in double.bound()
     assert events(double, "Defragmented") == []
+    wait_until(lambda: bool(events(double, "NotDefragmenting")))
+    assert events(double, "NotDefragmenting") == [
+        "big: defragmentation made no room: no node near fitting holds a movable pod "
+        f"(pods refused: {refused})"
+    ]
 
 
 def test_a_refused_eviction_moves_nothing_and_is_tried_again_later(

@@ -81,10 +81,10 @@ def test_no_pod_moves_for_a_gang_that_moves_cannot_start(
     assert evictions(double) == []
     assert sorted(double.bound()) == ["mover1", "mover2"]  # and no gang pod
     said = [r.getMessage() for r in caplog.records if GANG in r.getMessage()]
-    assert said == [  # said once, though every round finds the same
-        f"defragmentation: no moves for {GANG}: gang {GANG}: a pod moved for default/g1 "
-        "has nowhere else to go once the gang is in"
-    ]
+    why = f"gang {GANG}: a pod moved for default/g1 has nowhere else to go once the gang is in"
+    assert said == [f"defragmentation: no moves for {GANG}: {why}"]  # once, every round alike
+    wait_until(lambda: bool(events(double, "NotDefragmenting")))
+    assert events(double, "NotDefragmenting") == [f"g0: defragmentation made no room: {why}"]
 
 
 def test_a_gang_that_requires_a_topology_domain_gets_no_moves(

@@ -52,7 +52,7 @@ from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.status import Code
 from kgpu.kube.api.client import KubeClient
 from kgpu.kube.api.errors import NotFound
-from kgpu.kube.api.event_recorder import WARNING, EventRecorder
+from kgpu.kube.api.event_recorder import NORMAL, WARNING, EventRecorder
 from kgpu.kube.api.informer import Informer
 from kgpu.kube.api.resource_types import (
     POD_DISRUPTION_BUDGETS_V1,
@@ -134,6 +134,7 @@ class DefragLive:
         self._moving: dict[PodKey, _Moving] = {}
         self._asked: deque[float] = deque()  # when each eviction was handed over
         self._said: dict[str, str] = {}  # why the last round planned no moves, by pod or job
+        self._first: dict[str, str] = {}  # a waiting gang's first pod, by job: its events
         # uid -> (resourceVersion, the budget or why not): read once per version.
         self._read: dict[str, tuple[str, LiveBudget | ConversionError]] = {}
 
@@ -152,7 +153,7 @@ class DefragLive:
         skipped: dict[str, str] = {}
         waiting = self._waiting(d, scheduler, skipped)
         if not waiting:
-            self._say(skipped)
+            self._say(skipped, d.by_key)
             return
         with self._lock:
             while self._asked and self._asked[0] <= now - WINDOW_S:
@@ -171,7 +172,7 @@ class DefragLive:
             for w in waiting
         ]
         plan = plan_moves(d.snap.state, waiting, facts, scheduler.placement, config)
-        self._say({**skipped, **plan.unplanned})
+        self._say({**skipped, **plan.unplanned}, d.by_key)
         if not plan.steps:
             self.metrics.rounds.labels("nothing").inc()
             return
@@ -189,11 +190,19 @@ class DefragLive:
             carry = partial(self.evictor.carry_out, step, pods, names.__getitem__, self._done)
             self._pool.submit(carry)
 
-    def _say(self, unplanned: Mapping[str, str]) -> None:
-        """Log why each waiting pod or gang got no moves, again only when that changes."""
+    def _say(self, unplanned: Mapping[str, str], by_key: Mapping[str, Mapping[str, Any]]) -> None:
+        """Say why each waiting pod or gang got no moves, again only when that changes: in
+        the log, and in a Normal event ``NotDefragmenting`` on the pod (a gang's first
+        waiting pod), where people read why a pod waits."""
         for key, why in unplanned.items():
-            if self._said.get(key) != why:
-                log.info("defragmentation: no moves for %s: %s", key, why)
+            if self._said.get(key) == why:
+                continue
+            log.info("defragmentation: no moves for %s: %s", key, why)
+            obj = by_key.get(self._first.get(key, key))
+            if obj is not None:
+                self.recorder.emit(
+                    obj, NORMAL, "NotDefragmenting", f"defragmentation made no room: {why}"
+                )
         self._said = dict(unplanned)
 
     def close(self) -> None:
@@ -222,6 +231,7 @@ class DefragLive:
         ``minMember`` until the facts say how many of its pods run. Why a gang gets no
         moves goes to ``skipped``, by its job."""
         unschedulable = {p.pod for p in d.result.pending if p.status.code == Code.UNSCHEDULABLE}
+        self._first = {}
         # First the gangs' waiting pods, by job (no cycle run): a gang is planned where its
         # first waiting pod comes, with all of them.
         order: list[PodSpec | str] = []
@@ -256,6 +266,7 @@ class DefragLive:
             members = gangs[item]
             if not any(m.gpu.count for m in members):
                 continue
+            self._first[item] = members[0].key
             why = self._no_gang_moves(members)
             if why:
                 skipped[item] = f"gang {item}: {why}"
