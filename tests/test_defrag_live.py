@@ -298,3 +298,26 @@ def test_a_bad_budget_is_reported_and_refused_alone(double: KubeDouble, start: S
     [event] = [e for e in double.objects("events") if e["reason"] == "InvalidPodDisruptionBudget"]
     assert event["type"] == "Warning"
     assert event["involvedObject"]["kind"] == "PodDisruptionBudget"
+
+
+def test_why_no_room_is_an_event_once_per_reason_not_per_figure(
+    double: KubeDouble, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """n1 has 2 GPUs, one held by a pod that stays; big (2 GPUs) waits with 1,000 milli idle.
+    A share then takes 500 of them: the log says the new figure, the event stays one."""
+    caplog.set_level(logging.INFO, "kgpu.kube.live.defrag_live")
+    double.put(node_obj("n1", gpus=2))
+    running(double, "anchor", "n1", 0, annotations={"kgpu.io/preemptible": "false"})
+    double.put(pod_obj("big", gpus=2))
+    start({"enabled": True})
+
+    def said(idle: int) -> bool:
+        return any(f"{idle} milli-GPU idle" in r.getMessage() for r in caplog.records)
+
+    wait_until(lambda: said(1000))
+    double.put(pod_obj("share", fraction="0.5"))
+    wait_until(lambda: said(500))
+    assert events(double, "NotDefragmenting") == [
+        "big: defragmentation made no room: 1000 milli-GPU idle on the schedulable nodes, it "
+        "asks 2000: no move makes room that is not there"
+    ]

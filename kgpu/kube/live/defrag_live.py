@@ -37,10 +37,11 @@ leaves the rest unmade, as for any step: a later round plans again.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -81,6 +82,7 @@ MAX_BUDGETS_PER_NAMESPACE: Final = 256
 # How long a moved pod may take to leave before rounds go on without waiting for it.
 MOVE_TIMEOUT_S: Final = 600.0
 WINDOW_S: Final = 60.0
+_DIGITS: Final = re.compile(r"\d+")
 
 
 def budget_resource(client: KubeClient) -> Resource:
@@ -133,8 +135,11 @@ class DefragLive:
         self._lock = threading.Lock()
         self._moving: dict[PodKey, _Moving] = {}
         self._asked: deque[float] = deque()  # when each eviction was handed over
-        self._said: dict[str, str] = {}  # why the last round planned no moves, by pod or job
-        self._first: dict[str, str] = {}  # a waiting gang's first pod, by job: its events
+        # Why a waiting pod (or gang, by its job) last got no moves, as logged and as last
+        # in an event (figures blanked), kept while it waits; a gang's first waiting pod.
+        self._said: dict[str, str] = {}
+        self._told: dict[str, str] = {}
+        self._first: dict[str, str] = {}
         # uid -> (resourceVersion, the budget or why not): read once per version.
         self._read: dict[str, tuple[str, LiveBudget | ConversionError]] = {}
 
@@ -153,7 +158,7 @@ class DefragLive:
         skipped: dict[str, str] = {}
         waiting = self._waiting(d, scheduler, skipped)
         if not waiting:
-            self._say(skipped, d.by_key)
+            self._say(skipped, (), d.by_key)
             return
         with self._lock:
             while self._asked and self._asked[0] <= now - WINDOW_S:
@@ -172,7 +177,8 @@ class DefragLive:
             for w in waiting
         ]
         plan = plan_moves(d.snap.state, waiting, facts, scheduler.placement, config)
-        self._say({**skipped, **plan.unplanned}, d.by_key)
+        planned = [self._job_of(step.pending, d) for step in plan.steps]
+        self._say({**skipped, **plan.unplanned}, planned, d.by_key)
         if not plan.steps:
             self.metrics.rounds.labels("nothing").inc()
             return
@@ -190,20 +196,45 @@ class DefragLive:
             carry = partial(self.evictor.carry_out, step, pods, names.__getitem__, self._done)
             self._pool.submit(carry)
 
-    def _say(self, unplanned: Mapping[str, str], by_key: Mapping[str, Mapping[str, Any]]) -> None:
+    def _say(
+        self,
+        unplanned: Mapping[str, str],
+        planned: Iterable[str],
+        by_key: Mapping[str, Mapping[str, Any]],
+    ) -> None:
         """Say why each waiting pod or gang got no moves, again only when that changes: in
         the log, and in a Normal event ``NotDefragmenting`` on the pod (a gang's first
         waiting pod), where people read why a pod waits."""
         for key, why in unplanned.items():
             if self._said.get(key) == why:
                 continue
+            self._said[key] = why
             log.info("defragmentation: no moves for %s: %s", key, why)
+            # The event again only when the reason's words change, not its figures (the
+            # milli-GPU idle moves with every bind): one per pod and reason, not per session.
+            words = _DIGITS.sub("#", why)
             obj = by_key.get(self._first.get(key, key))
-            if obj is not None:
+            if obj is not None and self._told.get(key) != words:
+                self._told[key] = words
                 self.recorder.emit(
                     obj, NORMAL, "NotDefragmenting", f"defragmentation made no room: {why}"
                 )
-        self._said = dict(unplanned)
+        # Moves made room: a later refusal is news. A pod gone: nothing more to say.
+        for key in planned:
+            self._forget(key)
+        for key in [k for k in self._said if self._first.get(k, k) not in by_key]:
+            self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        self._said.pop(key, None)
+        self._told.pop(key, None)
+        self._first.pop(key, None)
+
+    @staticmethod
+    def _job_of(pod: PodSpec, d: Decided) -> str:
+        """The key a waiting pod's reasons go by: its gang's job, or its own."""
+        group = d.objects.jobs.get(pod_group_of(pod))
+        return str(pod_group_of(pod)) if group is not None and group.min_member > 1 else pod.key
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -231,7 +262,6 @@ class DefragLive:
         ``minMember`` until the facts say how many of its pods run. Why a gang gets no
         moves goes to ``skipped``, by its job."""
         unschedulable = {p.pod for p in d.result.pending if p.status.code == Code.UNSCHEDULABLE}
-        self._first = {}
         # First the gangs' waiting pods, by job (no cycle run): a gang is planned where its
         # first waiting pod comes, with all of them.
         order: list[PodSpec | str] = []
