@@ -31,13 +31,16 @@ def _steps(plan: Plan) -> list[tuple[str, int, list[tuple[str, int]]]]:
     return [(s.pending.key, s.node, [(m.pod.key, m.target) for m in s.moves]) for s in plan.steps]
 
 
-def _gang(size: int, need: int) -> Gang:
-    return Gang("default/g", tuple(_pod(f"g{i}") for i in range(size)), need)
+def _gang(world: World, size: int, need: int, running: int = 0) -> Gang:
+    """A gang of ``size`` waiting pods asking one GPU each, ``running`` more running, that
+    needs ``need`` more to start (its minMember, as the facts say)."""
+    world.job_min["default/g"], world.job_running["default/g"] = need + running, running
+    return Gang("default/g", tuple(_pod(f"g{i}") for i in range(size)))
 
 
 def test_a_gang_gets_room_for_every_pod_it_needs() -> None:
     world = _world()
-    plan = world.plan(_gang(2, 2))
+    plan = world.plan(_gang(world, 2, 2))
     assert not plan.unplanned
     assert _steps(plan) == [
         ("default/g0", 0, [("default/x0", 2)]),
@@ -50,22 +53,25 @@ def test_a_gang_gets_room_for_every_pod_it_needs() -> None:
 
 def test_room_for_some_of_a_gang_is_no_room_for_it() -> None:
     world = _world()
-    plan = world.plan(_gang(3, 3))
+    plan = world.plan(_gang(world, 3, 3))
     assert not plan.steps
     assert plan.unplanned == {
         "default/g": "gang default/g: room for 2 of the 3 pods it needs; pod default/g2: "
         "no node near fitting holds a movable pod (pods refused: preemptibility 2)"
     }
     # Three pods wait, two start it: the third is not planned for.
-    assert [s.pending.key for s in world.plan(_gang(3, 2)).steps] == ["default/g0", "default/g1"]
+    assert [s.pending.key for s in world.plan(_gang(world, 3, 2)).steps] == [
+        "default/g0",
+        "default/g1",
+    ]
 
 
 def test_a_gang_pod_that_fits_now_takes_its_room_without_a_move() -> None:
     world = _world(idle_nodes=1)
-    plan = world.plan(_gang(2, 2))
+    plan = world.plan(_gang(world, 2, 2))
     (step,) = plan.steps  # g0 goes to e0 as it is; only g1 needs a move
     assert step.pending.key == "default/g1" and [m.pod.key for m in step.moves] == ["default/x0"]
-    assert world.plan(_gang(1, 1)).unplanned == {
+    assert world.plan(_gang(world, 1, 1)).unplanned == {
         "default/g": "gang default/g: the 1 pod(s) it needs fit without moves; what holds "
         "it back is not room"
     }
@@ -74,14 +80,14 @@ def test_a_gang_pod_that_fits_now_takes_its_room_without_a_move() -> None:
 def test_the_round_budget_counts_a_gang_s_moves_together() -> None:
     world = _world()
     one = ON.model_copy(update={"max_moves_per_round": 1})
-    plan = world.plan(_gang(2, 2), config=one)
+    plan = world.plan(_gang(world, 2, 2), config=one)
     assert not plan.steps
     assert plan.unplanned == {
         "default/g": "gang default/g: room for 1 of the 2 pods it needs; pod default/g1: "
         "the round's moves are spent"
     }
     # What the gang could not use is left for the pod after it.
-    after = world.plan(_gang(2, 2), _pod("y"), config=one)
+    after = world.plan(_gang(world, 2, 2), _pod("y"), config=one)
     assert [s.pending.key for s in after.steps] == ["default/y"]
 
 
@@ -95,7 +101,7 @@ def test_the_pods_moved_for_a_gang_are_placed_again_once_it_is_in() -> None:
     xs = [_running(_pod(f"x{i}", 300)) for i in range(2)]
     w = _running(replace(_pod("w", 100), annotations={PREEMPTIBLE_ANNOTATION: "false"}))
     world = World(nodes, [(xs[0], 0, (0,)), (xs[1], 1, (0,)), (w, 2, (0,))])
-    plan = world.plan(_gang(2, 2))
+    plan = world.plan(_gang(world, 2, 2))
     assert _steps(plan) == [
         ("default/g0", 0, [("default/x0", 2)]),
         ("default/g1", 1, [("default/x1", 2)]),
@@ -113,7 +119,8 @@ def test_the_state_comes_back_whole_after_a_gang_s_plan() -> None:
     w = _running(replace(_pod("w", 400), annotations={PREEMPTIBLE_ANNOTATION: "false"}))
     world = World(nodes, [(x0, 0, (0,)), (w, 0, (0,)), (x1, 1, (0,))])
     members = tuple(make_pod(f"g{i}").share(350, "A100").build() for i in range(2))
-    plan = world.plan(Gang("default/g", members, 2))  # World.plan checks the state
+    world.job_min = {"default/g": 2}
+    plan = world.plan(Gang("default/g", members))  # World.plan checks the state
     assert _steps(plan) == [
         ("default/g0", 0, [("default/x0", 1)]),
         ("default/g1", 1, [("default/x1", 2)]),
@@ -121,6 +128,7 @@ def test_the_state_comes_back_whole_after_a_gang_s_plan() -> None:
 
 
 def test_a_gang_whose_minimum_runs_needs_no_move() -> None:
-    assert _world().plan(_gang(2, 0)).unplanned == {
+    world = _world()
+    assert world.plan(_gang(world, 2, 0, running=2)).unplanned == {
         "default/g": "gang default/g: its minimum is running; its extra pods get no moves"
     }

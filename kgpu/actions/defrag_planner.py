@@ -28,13 +28,13 @@ How it works, per waiting pod:
 5. A trial that succeeds is the pod's step; it stays in place while the later pods are
    planned (they see the room it took), and the round's move budget shrinks by its moves.
 
-A gang (``Gang``: waiting pods of one job, ``need`` of which must start together) is
-planned as one: its members in order, each placed as it fits now or by a step of its own
-(the steps above, each seeing the room the earlier members took), until ``need`` of them
-are placed; the pods moved for it are placed again only then. Short of that, every trial
-of the gang is undone and it gets no step: room for some of a gang's pods is no room for
-the gang. A gang whose members all fit without
-a move gets none either: what holds it back is not room.
+A gang (``Gang``: waiting pods of one job) is planned as one, for as many pods as it
+needs to start (its ``minMember`` less its running pods, read from the facts): its
+members in order, each placed as it fits now or by a step of its own (the steps above,
+each seeing the room the earlier members took); the pods moved for it are placed again
+only once all are in. Short of that, every trial of the gang is undone and it gets no
+step: room for some of a gang's pods is no room for the gang. A gang whose members all
+fit without a move gets none either: what holds it back is not room.
 
 The state is changed only for trials and comes back with the allocations it had (its
 clocks do move, which only makes caches look again). ``apply_step`` then carries a step
@@ -95,12 +95,11 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Gang:
-    """Waiting pods of job ``key``, in the order to place them; ``need`` of them (its
-    ``minMember`` less its running pods) must start together."""
+    """Waiting pods of job ``key`` (a PodGroup with ``minMember`` above 1), in the order to
+    place them."""
 
     key: str
     members: tuple[PodSpec, ...]
-    need: int
 
 
 @dataclass(slots=True)
@@ -165,15 +164,14 @@ def plan_moves(
                 if isinstance(found_gang, str):
                     plan.unplanned[item.key] = found_gang
                     continue
-                steps, item_trials = found_gang
+                steps, trial = found_gang
             else:
                 found = _search(state, item, facts, find, config, taken, budget, again=True)
                 if isinstance(found, str):
                     plan.unplanned[item.key] = found
                     continue
-                steps = [_step(state, item, found, facts, config, taken)]
-                item_trials = [found.trial]
-            trials.extend(item_trials)
+                steps, trial = [_step(state, item, found, facts, config, taken)], found.trial
+            trials.append(trial)
             plan.steps.extend(steps)
             budget -= sum(len(step.moves) for step in steps)
     finally:
@@ -207,33 +205,31 @@ def _plan_gang(
     config: Defragmentation,
     taken: Taken,
     budget: int,
-) -> tuple[list[Step], list[_Trial]] | str:
-    """The steps that let ``gang.need`` of the gang's members start together, or why there
-    are none (its trials then undone, ``taken`` as it was). The pods a member's room is
-    made of are placed again once every member is in: placed at once, one could take the
-    room the next member needs."""
-    if gang.need <= 0:
+) -> tuple[list[Step], _Trial] | str:
+    """The steps that let the gang start, with the one trial that undoes them all, or why
+    there are none (then nothing of it is left in ``state``, ``taken`` as it was). The
+    pods a member's room is made of are placed again once every member is in: placed at
+    once, one could take the room the next member needs."""
+    need = facts.job_min.get(gang.key, 1) - facts.job_running.get(gang.key, 0)
+    if need <= 0:
         # Its waiting pods are extras, placed as room allows and the first to go when room
         # is taken back: no running pod is restarted for them.
         return f"gang {gang.key}: its minimum is running; its extra pods get no moves"
-    if gang.need > len(gang.members):
+    if need > len(gang.members):
         return (
-            f"gang {gang.key}: needs {gang.need} more pods to start, {len(gang.members)} "
+            f"gang {gang.key}: needs {need} more pods to start, {len(gang.members)} "
             "wait: moves cannot start it"
         )
-    mine = _copy(taken)
+    mine = taken.copy()
     made: list[tuple[PodSpec, _Tried, Taken]] = []  # a member, its room, ``mine`` before it
-    trials: list[_Trial] = []
-    placed = 0
-    why = ""
-    for pod in gang.members:
-        if placed == gang.need:
-            break
+    # One trial for the whole gang: the pods moved for a member are placed again after the
+    # later members' trials, so its members' trials could not be undone one by one.
+    whole = _Trial([], [])
+    for pod in gang.members[:need]:
         fits = find(state, pod)
         if fits is not None:
             state.allocate(pod, fits.node, fits.gpus)
-            trials.append(_Trial([], [pod.key]))
-            placed += 1
+            whole.placed.append(pod.key)
             continue
         left = budget - sum(len(tried.evicted) for _, tried, _ in made)
         found = (
@@ -242,38 +238,32 @@ def _plan_gang(
             else "the round's moves are spent"
         )
         if isinstance(found, str):
-            why = f"pod {pod.key}: {found}"
-            break
-        made.append((pod, found, _copy(mine)))
+            whole.undo(state)  # it holds the members placed so far, and nothing else yet
+            return (
+                f"gang {gang.key}: room for {len(whole.placed)} of the {need} pods it needs; "
+                f"pod {pod.key}: {found}"
+            )
+        made.append((pod, found, mine.copy()))
         mine.add([running for running, _ in found.evicted])
-        trials.append(found.trial)
-        placed += 1
-    steps: list[Step] = []
-    if placed == gang.need and made:
-        for pod, tried, before in made:
-            if not _again(state, tried, find):
-                why = f"a pod moved for {pod.key} has nowhere else to go once the gang is in"
-                break
-            steps.append(_step(state, pod, tried, facts, config, before))
-    # One undo for the whole gang: the pods moved for a member were placed again after
-    # the later members' trials, so its trials do not undo one after another.
-    whole = _Trial([a for t in trials for a in t.released], [k for t in trials for k in t.placed])
-    if len(steps) < len(made) or placed < gang.need or not made:
+        whole.released.extend(found.trial.released)
+        whole.placed.extend(found.trial.placed)
+    if not made:
         whole.undo(state)
-        if placed < gang.need:
-            return f"gang {gang.key}: room for {placed} of the {gang.need} pods it needs; {why}"
-        if made:
-            return f"gang {gang.key}: {why}"
         return (
-            f"gang {gang.key}: the {gang.need} pod(s) it needs fit without moves; what holds "
-            "it back is not room"
+            f"gang {gang.key}: the {need} pod(s) it needs fit without moves; what holds it "
+            "back is not room"
         )
+    steps: list[Step] = []
+    for pod, tried, before in made:
+        if not _again(state, tried, find, whole):
+            whole.undo(state)
+            return (
+                f"gang {gang.key}: a pod moved for {pod.key} has nowhere else to go once the "
+                "gang is in"
+            )
+        steps.append(_step(state, pod, tried, facts, config, before))
     taken.jobs, taken.budgets, taken.pods = mine.jobs, mine.budgets, mine.pods
-    return steps, [whole]
-
-
-def _copy(taken: Taken) -> Taken:
-    return Taken(Counter(taken.jobs), Counter(taken.budgets), set(taken.pods))
+    return steps, whole
 
 
 def _search(
@@ -408,7 +398,7 @@ def _together(node: _Node, subset: tuple[int, ...], facts: MoveFacts, taken: Tak
     budgets = [b for p in pods for b in p.budgets]
     if len(set(jobs)) == len(jobs) and len(set(budgets)) == len(budgets):
         return True
-    so_far = Taken(Counter(taken.jobs), Counter(taken.budgets))
+    so_far = taken.copy()
     for p in pods:
         left_in_job = facts.job_running.get(p.job, 0) - so_far.jobs[p.job] - 1
         if p.job and left_in_job < facts.job_min.get(p.job, 1):
@@ -450,23 +440,23 @@ def _trial(
     state.allocate(pod, placement.node, placement.gpus)
     trial.placed.append(pod.key)
     tried = _Tried(placement, list(zip(pods, released, strict=True)), [], trial)
-    if again and not _again(state, tried, find):
+    if again and not _again(state, tried, find, trial):
         trial.undo(state)
         return None
     return tried
 
 
-def _again(state: ClusterState, tried: _Tried, find: Find) -> bool:
-    """Place the pods evicted in ``tried`` again with ``find``, biggest first; False if one
-    has nowhere to go or would land back on the GPUs it held (then the caller undoes the
-    trial, which holds what was placed)."""
+def _again(state: ClusterState, tried: _Tried, find: Find, into: _Trial) -> bool:
+    """Place the pods evicted in ``tried`` again with ``find``, biggest first, each noted in
+    ``into``; False if one has nowhere to go or would land back on the GPUs it held (then
+    the caller undoes ``into``)."""
     by_size = sorted(tried.evicted, key=lambda m: (-m[1].gpu_milli * len(m[1].gpus), m[0].key))
     for running, alloc in by_size:
         again = find(state, running.pod)
         if again is None or (again.node == alloc.node and again.gpus == alloc.gpus):
             return False
         state.allocate(running.pod, again.node, again.gpus)
-        tried.trial.placed.append(running.key)
+        into.placed.append(running.key)
         tried.moved.append((running, alloc, again))
     return True
 

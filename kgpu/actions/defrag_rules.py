@@ -76,6 +76,9 @@ class Taken:
     budgets: Counter[str] = field(default_factory=Counter)
     pods: set[PodKey] = field(default_factory=set)
 
+    def copy(self) -> Taken:
+        return Taken(Counter(self.jobs), Counter(self.budgets), set(self.pods))
+
     def add(self, pods: Sequence[RunningPod]) -> None:
         for p in pods:
             self.pods.add(p.key)

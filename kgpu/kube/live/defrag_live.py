@@ -43,7 +43,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
@@ -170,14 +170,12 @@ class DefragLive:
         most = min(left, self.config.max_moves_per_round)
         config = self.config.model_copy(update={"max_moves_per_round": most})
         facts = move_facts(d.snap, d.objects, by_namespace(budgets), self.wall())
-        waiting = [
-            w
-            if isinstance(w, PodSpec)
-            else replace(w, need=facts.job_min.get(w.key, w.need) - facts.job_running.get(w.key, 0))
-            for w in waiting
-        ]
         plan = plan_moves(d.snap.state, waiting, facts, scheduler.placement, config)
-        planned = [self._job_of(step.pending, d) for step in plan.steps]
+        # What each waiting pod's reasons go by: its own key, or its gang's.
+        item_of = {
+            pod.key: w.key for w in waiting for pod in (w.members if isinstance(w, Gang) else (w,))
+        }
+        planned = [item_of[step.pending.key] for step in plan.steps]
         self._say({**skipped, **plan.unplanned}, planned, d.by_key)
         if not plan.steps:
             self.metrics.rounds.labels("nothing").inc()
@@ -230,12 +228,6 @@ class DefragLive:
         self._told.pop(key, None)
         self._first.pop(key, None)
 
-    @staticmethod
-    def _job_of(pod: PodSpec, d: Decided) -> str:
-        """The key a waiting pod's reasons go by: its gang's job, or its own."""
-        group = d.objects.jobs.get(pod_group_of(pod))
-        return str(pod_group_of(pod)) if group is not None and group.min_member > 1 else pod.key
-
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
@@ -258,9 +250,8 @@ class DefragLive:
         self, d: Decided, scheduler: Scheduler, skipped: dict[str, str]
     ) -> list[PodSpec | Gang]:
         """The session's waiting pods and gangs a round plans for (step 3), in the
-        session's order (a gang where its first waiting pod is); a gang's ``need`` is its
-        ``minMember`` until the facts say how many of its pods run. Why a gang gets no
-        moves goes to ``skipped``, by its job."""
+        session's order (a gang where its first waiting pod is). Why a gang gets no moves
+        goes to ``skipped``, by its job."""
         unschedulable = {p.pod for p in d.result.pending if p.status.code == Code.UNSCHEDULABLE}
         # First the gangs' waiting pods, by job (no cycle run): a gang is planned where its
         # first waiting pod comes, with all of them.
@@ -301,8 +292,7 @@ class DefragLive:
             if why:
                 skipped[item] = f"gang {item}: {why}"
             elif count + len(members) <= MAX_WAITING_PER_ROUND:
-                group = d.objects.jobs[pod_group_of(members[0])]
-                out.append(Gang(item, tuple(members), group.min_member))
+                out.append(Gang(item, tuple(members)))
                 count += len(members)
         return out
 
