@@ -27,6 +27,7 @@ from kgpu.kube.live.scheduler_process import RunningScheduler
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, pod_obj, signed, wait_until
 from tests.schedulers import fast_options, schedulers
+from tests.test_kube_queues import in_queue, queue_obj
 
 Start = Callable[..., RunningScheduler]
 HOUR_AGO = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -236,6 +237,24 @@ def test_a_protected_pod_stays(
         "big: defragmentation made no room: no node near fitting holds a movable pod "
         f"(pods refused: {refused})"
     ]
+
+
+def test_no_pod_moves_for_a_pod_its_queue_holds_back(double: KubeDouble, start: Start) -> None:
+    """The first test's scene, but big's queue may hold 2 GPUs and the anchor holds one of
+    them: room made for big would not let it run, so the mover stays."""
+    double.put(queue_obj("team", limit={"gpu": 2}))
+    for node in ("n1", "n2"):
+        double.put(node_obj(node, gpus=2))
+    running(double, "mover", "n1", 0)
+    held = {"kgpu.io/preemptible": "false"}
+    running(double, "anchor", "n2", 0, labels={"kgpu.io/queue": "team"}, annotations=held)
+    double.put(in_queue("big", "team", gpus=2))
+    start({"enabled": True})
+    quota = "big: queue team: gpu requested 2, allocated 1, quota 2"
+    wait_until(lambda: events(double, "FailedScheduling").count(quota) >= 3)
+    assert evictions(double) == []
+    assert double.get("pods", "mover", "default") is not None
+    assert events(double, "NotDefragmenting") == []
 
 
 def test_a_refused_eviction_moves_nothing_and_is_tried_again_later(

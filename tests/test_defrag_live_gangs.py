@@ -37,14 +37,22 @@ from tests.test_kube_queues import member, podgroup_obj, queue_obj
 GANG = "default/train"
 
 
-def scene(api: KubeDouble, *, small_nodes: int = 2, members: int = 2, required: str = "") -> None:
+def scene(
+    api: KubeDouble,
+    *,
+    small_nodes: int = 2,
+    members: int = 2,
+    required: str = "",
+    limit: int | None = None,
+) -> None:
     for node in ("n1", "n2"):
         api.put(node_obj(node, gpus=2))
     for i in range(small_nodes):
         api.put(node_obj(f"n{3 + i}", gpus=1))
     running(api, "mover1", "n1", 0)
     running(api, "mover2", "n2", 0)
-    api.put(queue_obj("team", deserved={"gpu": 8}))
+    quota = {"limit": {"gpu": limit}} if limit is not None else {}
+    api.put(queue_obj("team", deserved={"gpu": 8}, **quota))
     api.put(podgroup_obj("train", "team", members))
     for i in range(members):
         pod = member(f"g{i}", "train", gpus=2)
@@ -85,6 +93,20 @@ def test_no_pod_moves_for_a_gang_that_moves_cannot_start(
     assert said == [f"defragmentation: no moves for {GANG}: {why}"]  # once, every round alike
     wait_until(lambda: bool(events(double, "NotDefragmenting")))
     assert events(double, "NotDefragmenting") == [f"g0: defragmentation made no room: {why}"]
+
+
+def test_no_pod_moves_for_a_gang_its_queue_holds_back(
+    double: KubeDouble,  # noqa: F811
+    start: Start,  # noqa: F811
+) -> None:
+    """The first test's scene, but the queue may hold 3 GPUs, and the gang needs 4."""
+    scene(double, limit=3)
+    start({"enabled": True})
+    quota = "g0: queue team: gpu requested 4, allocated 0, quota 3"
+    wait_until(lambda: events(double, "FailedScheduling").count(quota) >= 3)
+    assert evictions(double) == []
+    assert sorted(double.bound()) == ["mover1", "mover2"]
+    assert events(double, "NotDefragmenting") == []
 
 
 def test_a_gang_that_requires_a_topology_domain_gets_no_moves(

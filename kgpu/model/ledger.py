@@ -18,6 +18,10 @@ from kgpu.model.resources import CPU, GPU, MEMORY, Vector, add, show
 INSUFFICIENT_CPU_QUOTA: Final = "InsufficientCPUQuota"
 INSUFFICIENT_MEMORY_QUOTA: Final = "InsufficientMemoryQuota"
 INSUFFICIENT_SCALAR_QUOTA: Final = "InsufficientScalarQuota"
+# The reason codes of a pod its queue's quota holds back, whatever room the nodes have.
+QUOTA_CODES: Final = frozenset(
+    {INSUFFICIENT_CPU_QUOTA, INSUFFICIENT_MEMORY_QUOTA, INSUFFICIENT_SCALAR_QUOTA}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,9 @@ PodDisruptionBudgets are cached too (``policy/v1`` where the server serves it, e
    above 1) whose waiting pods the session left Unschedulable, each planned as one, for
    its ``minMember`` less its running pods (the planner's ``Gang``): room for one member
    is no room for the gang. A gang that requires a topology domain (a level the profile
-   declares) gets no moves: the planner places pods one by one, not in a domain. At most
+   declares) gets no moves: the planner places pods one by one, not in a domain. Nor does
+   a pod or gang its queue's quota holds back: room would not let it run, and moving
+   other tenants' pods for it would only disrupt them. At most
    ``MAX_WAITING_PER_ROUND`` pods, a gang counting its waiting pods, and no gang with more.
 4. The rate limit: at most ``maxEvictionsPerMinute`` evictions asked in any 60 seconds;
    a round plans no more moves than are left, and none when none are.
@@ -69,6 +71,7 @@ from kgpu.kube.live.defrag_facts import by_namespace, move_facts
 from kgpu.kube.objects.disruption_budgets import LiveBudget, budget_from_k8s
 from kgpu.kube.objects.fields import ConversionError
 from kgpu.kube.objects.queue_podgroup import pod_group_of
+from kgpu.model.ledger import QUOTA_CODES
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.topology_request import REQUIRED
 
@@ -253,6 +256,9 @@ class DefragLive:
         session's order (a gang where its first waiting pod is). Why a gang gets no moves
         goes to ``skipped``, by its job."""
         unschedulable = {p.pod for p in d.result.pending if p.status.code == Code.UNSCHEDULABLE}
+        # Room would not let these run: their queue's quota holds them back (a quota is
+        # judged before any node, so a pod refused for room was within its quota).
+        held = {p.pod for p in d.result.pending if p.status.reason_code in QUOTA_CODES}
         # First the gangs' waiting pods, by job (no cycle run): a gang is planned where its
         # first waiting pod comes, with all of them.
         order: list[PodSpec | str] = []
@@ -278,6 +284,8 @@ class DefragLive:
             if count == MAX_WAITING_PER_ROUND:
                 break
             if isinstance(item, PodSpec):
+                if item.key in held:
+                    continue
                 # A whole cycle each: asked only of the pods the round may still take.
                 if scheduler.placement(state, item) is not None:
                     continue  # it fits now: what held it back is not room (a quota)
@@ -285,7 +293,7 @@ class DefragLive:
                 count += 1
                 continue
             members = gangs[item]
-            if not any(m.gpu.count for m in members):
+            if not any(m.gpu.count for m in members) or any(m.key in held for m in members):
                 continue
             self._first[item] = members[0].key
             why = self._no_gang_moves(members)
