@@ -17,7 +17,7 @@ import yaml
 
 from kgpu.config import builtin_profiles
 from kgpu.kube.live.loop import LoopConfig
-from kgpu.kube.live.scheduler_process import RunningScheduler
+from kgpu.kube.live.scheduler_process import RunningScheduler, RunOptions
 from tests.kube_double import KubeDouble
 from tests.kube_objects import node_obj, wait_until
 from tests.schedulers import fast_options, schedulers
@@ -35,6 +35,7 @@ from tests.test_defrag_live import (  # noqa: F401  (fixtures)
 from tests.test_kube_queues import member, podgroup_obj, queue_obj
 
 GANG = "default/train"
+RACK = "example.com/rack"
 
 
 def scene(
@@ -109,27 +110,75 @@ def test_no_pod_moves_for_a_gang_its_queue_holds_back(
     assert events(double, "NotDefragmenting") == []
 
 
-def test_a_gang_that_requires_a_topology_domain_gets_no_moves(
+def rack_gang(api: KubeDouble, directory: Path, racks: dict[str, str]) -> RunOptions:
+    """Nodes of 2 GPUs in ``racks`` (node: rack), two idle nodes of one GPU in none, a gang
+    of two pods of 2 GPUs that requires a rack, and a scheduler's options under a profile
+    that declares racks, with defragmentation on."""
+    for name, rack in racks.items():
+        api.put(node_obj(name, gpus=2, labels={RACK: rack}))
+    for name in ("n3", "n4"):
+        api.put(node_obj(name, gpus=1))
+    api.put(queue_obj("team", deserved={"gpu": 8}))
+    api.put(podgroup_obj("train", "team", 2))
+    for i in range(2):
+        pod = member(f"g{i}", "train", gpus=2)
+        pod["metadata"]["annotations"]["kgpu.io/topology-required"] = "rack"
+        api.put(pod)
+    body = builtin_profiles()["kgpu"].model_dump(mode="json", by_alias=True, exclude={"name"})
+    body["defragmentation"] = {"enabled": True}
+    body["topology"] = {"levels": [{"name": "rack", "nodeLabel": RACK}]}
+    path = directory / "racks.yaml"
+    path.write_text(yaml.safe_dump({"kgpu-racks": body}))
+    loop = LoopConfig(policy=str(path), unschedulable_retry=0.3, idle_wait=0.05, event_repeat=0.0)
+    return fast_options(api, directory, "s1", leader_elect=False, loop=loop)
+
+
+def test_a_gang_that_requires_a_rack_gets_its_moves_in_one_rack(
     double: KubeDouble,  # noqa: F811
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The profile declares racks; the gang requires one. The planner makes room pod by
-    pod, not within a rack: it is not asked."""
-    scene(double, required="rack")
-    body = builtin_profiles()["kgpu"].model_dump(mode="json", by_alias=True, exclude={"name"})
-    body["defragmentation"] = {"enabled": True}
-    body["topology"] = {"levels": [{"name": "rack", "nodeLabel": "example.com/rack"}]}
-    path = tmp_path / "racks.yaml"
-    path.write_text(yaml.safe_dump({"kgpu-racks": body}))
+    """The profile declares racks; the gang requires one. Rack r1 is one node of 2 GPUs, too
+    small for the gang's 4; r2 has two. Each of the three holds a movable pod. Room is made
+    in r2 only (made pod by pod, n1 and n2 would be nearest), and the gang starts there."""
+    options = rack_gang(double, tmp_path, {"n1": "r1", "n2": "r2", "n5": "r2"})
+    for i, node in enumerate(("n1", "n2", "n5"), 1):
+        running(double, f"mover{i}", node, 0)
     caplog.set_level(logging.INFO, logger="kgpu.kube.live.defrag_live")
-    loop = LoopConfig(policy=str(path), unschedulable_retry=0.3, idle_wait=0.05, event_repeat=0.0)
-    options = fast_options(double, tmp_path, "s1", leader_elect=False, loop=loop)
     with schedulers() as run:
         run(options)
-        wait_until(lambda: any(GANG in r.getMessage() for r in caplog.records))
+        wait_until(lambda: {double.bound().get(g) for g in ("g0", "g1")} == {"n2", "n5"})
+    assert sorted(evictions(double)) == [("mover2", 201), ("mover3", 201)]
+    assert double.get("pods", "mover1", "default") is not None
+    assert not [r for r in caplog.records if "no moves for" in r.getMessage()]
+
+
+def test_a_gang_whose_rack_moves_cannot_free_is_told_why(
+    double: KubeDouble,  # noqa: F811
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both racks can hold the gang, but in each a pod that may not move holds one node:
+    no move is made, and the reason names each rack tried."""
+    options = rack_gang(double, tmp_path, {"n1": "r1", "n2": "r1", "n5": "r2", "n6": "r2"})
+    stay = {"kgpu.io/preemptible": "false"}
+    running(double, "mover1", "n1", 0)
+    running(double, "anchor1", "n2", 0, annotations=stay)
+    running(double, "mover2", "n5", 0)
+    running(double, "anchor2", "n6", 0, annotations=stay)
+    caplog.set_level(logging.INFO, logger="kgpu.kube.live.defrag_live")
+    with schedulers() as run:
+        run(options)
+        wait_until(lambda: bool(events(double, "NotDefragmenting")))
+    short = (
+        "room for 1 of the 2 pods it needs; pod default/g1: no node near fitting holds a "
+        "movable pod (pods refused: preemptibility 1)"
+    )
+    why = f"gang {GANG}: moves start it in none of the domains it may use: " + "; ".join(
+        f"rack {rack}: {short}" for rack in ("r1", "r2")
+    )
+    assert events(double, "NotDefragmenting") == [f"g0: defragmentation made no room: {why}"]
     assert [r.getMessage() for r in caplog.records if GANG in r.getMessage()] == [
-        f"defragmentation: no moves for {GANG}: gang {GANG}: it requires a topology domain, "
-        "and defragmentation makes room pod by pod, not within a domain"
+        f"defragmentation: no moves for {GANG}: {why}"
     ]
     assert evictions(double) == []

@@ -34,7 +34,13 @@ members in order, each placed as it fits now or by a step of its own (the steps 
 each seeing the room the earlier members took); the pods moved for it are placed again
 only once all are in. Short of that, every trial of the gang is undone and it gets no
 step: room for some of a gang's pods is no room for the gang. A gang whose members all
-fit without a move gets none either: what holds it back is not room.
+fit without a move gets none either: what holds it back is not room. A gang that requires
+a topology domain comes with the domains to try (``Domain``, in the caller's order): its
+members are pinned to each in turn (the domain's node labels added to their node
+selector, as topology placement pins them) and the first domain where moves start it is
+kept; the pods moved for it may go anywhere.
+
+A waiting pod's candidate nodes are those its node selector allows (labels, exactly).
 
 The state is changed only for trials and comes back with the allocations it had (its
 clocks do move, which only makes caches look again). ``apply_step`` then carries a step
@@ -45,7 +51,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
@@ -57,6 +63,7 @@ from kgpu.model.gpu import GpuKind
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.state.cluster import Allocation, ClusterState
+from kgpu.state.topology_domains import Selector
 
 # Bounds on one waiting pod's search, so that a round costs the same on any cluster:
 # pods of one node looked at, subsets counted over all its nodes, trials run.
@@ -94,12 +101,23 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class Domain:
+    """A topology domain a gang may start in: how messages call it ("rack r1") and the
+    node labels that pin a pod to it."""
+
+    name: str
+    selector: Selector
+
+
+@dataclass(frozen=True, slots=True)
 class Gang:
     """Waiting pods of job ``key`` (a PodGroup with ``minMember`` above 1), in the order to
-    place them."""
+    place them; ``domains``: where it may start, in the order to try, when it requires a
+    topology domain (empty: anywhere)."""
 
     key: str
     members: tuple[PodSpec, ...]
+    domains: tuple[Domain, ...] = ()
 
 
 @dataclass(slots=True)
@@ -162,7 +180,7 @@ def plan_moves(
             if isinstance(item, Gang):
                 found_gang = _plan_gang(state, item, facts, find, config, taken, budget)
                 if isinstance(found_gang, str):
-                    plan.unplanned[item.key] = found_gang
+                    plan.unplanned[item.key] = f"gang {item.key}: {found_gang}"
                     continue
                 steps, trial = found_gang
             else:
@@ -206,26 +224,53 @@ def _plan_gang(
     taken: Taken,
     budget: int,
 ) -> tuple[list[Step], _Trial] | str:
-    """The steps that let the gang start, with the one trial that undoes them all, or why
-    there are none (then nothing of it is left in ``state``, ``taken`` as it was). The
-    pods a member's room is made of are placed again once every member is in: placed at
-    once, one could take the room the next member needs."""
+    """The steps that let the gang start (in the first of its domains where moves can,
+    when it has domains), with the one trial that undoes them all, or why there are none
+    (then nothing of it is left in ``state``, ``taken`` as it was)."""
     need = facts.job_min.get(gang.key, 1) - facts.job_running.get(gang.key, 0)
     if need <= 0:
         # Its waiting pods are extras, placed as room allows and the first to go when room
         # is taken back: no running pod is restarted for them.
-        return f"gang {gang.key}: its minimum is running; its extra pods get no moves"
+        return "its minimum is running; its extra pods get no moves"
     if need > len(gang.members):
-        return (
-            f"gang {gang.key}: needs {need} more pods to start, {len(gang.members)} "
-            "wait: moves cannot start it"
-        )
+        return f"needs {need} more pods to start, {len(gang.members)} wait: moves cannot start it"
+    members = gang.members[:need]
+    if not gang.domains:
+        return _start_gang(state, members, facts, find, config, taken, budget)
+    whys: list[str] = []
+    for domain in gang.domains:
+        pinned = tuple(_pinned(pod, domain.selector) for pod in members)
+        found = _start_gang(state, pinned, facts, find, config, taken, budget)
+        if not isinstance(found, str):
+            return found
+        whys.append(f"{domain.name}: {found}")
+    return "moves start it in none of the domains it may use: " + "; ".join(whys)
+
+
+def _pinned(pod: PodSpec, selector: Selector) -> PodSpec:
+    """``pod`` held to the nodes with the labels of ``selector`` too."""
+    return replace(pod, node_selector=tuple(sorted({*pod.node_selector, *selector})))
+
+
+def _start_gang(
+    state: ClusterState,
+    members: tuple[PodSpec, ...],
+    facts: MoveFacts,
+    find: Find,
+    config: Defragmentation,
+    taken: Taken,
+    budget: int,
+) -> tuple[list[Step], _Trial] | str:
+    """``_plan_gang`` for the members a gang needs, where ``find`` puts them. The pods a
+    member's room is made of are placed again once every member is in: placed at once, one
+    could take the room the next member needs."""
+    need = len(members)
     mine = taken.copy()
     made: list[tuple[PodSpec, _Tried, Taken]] = []  # a member, its room, ``mine`` before it
     # One trial for the whole gang: the pods moved for a member are placed again after the
     # later members' trials, so its members' trials could not be undone one by one.
     whole = _Trial([], [])
-    for pod in gang.members[:need]:
+    for pod in members:
         fits = find(state, pod)
         if fits is not None:
             state.allocate(pod, fits.node, fits.gpus)
@@ -240,8 +285,7 @@ def _plan_gang(
         if isinstance(found, str):
             whole.undo(state)  # it holds the members placed so far, and nothing else yet
             return (
-                f"gang {gang.key}: room for {len(whole.placed)} of the {need} pods it needs; "
-                f"pod {pod.key}: {found}"
+                f"room for {len(whole.placed)} of the {need} pods it needs; pod {pod.key}: {found}"
             )
         made.append((pod, found, mine.copy()))
         mine.add([running for running, _ in found.evicted])
@@ -249,18 +293,12 @@ def _plan_gang(
         whole.placed.extend(found.trial.placed)
     if not made:
         whole.undo(state)
-        return (
-            f"gang {gang.key}: the {need} pod(s) it needs fit without moves; what holds it "
-            "back is not room"
-        )
+        return f"the {need} pod(s) it needs fit without moves; what holds it back is not room"
     steps: list[Step] = []
     for pod, tried, before in made:
         if not _again(state, tried, find, whole):
             whole.undo(state)
-            return (
-                f"gang {gang.key}: a pod moved for {pod.key} has nowhere else to go once the "
-                "gang is in"
-            )
+            return f"a pod moved for {pod.key} has nowhere else to go once the gang is in"
         steps.append(_step(state, pod, tried, facts, config, before))
     taken.jobs, taken.budgets, taken.pods = mine.jobs, mine.budgets, mine.pods
     return steps, whole
@@ -284,6 +322,8 @@ def _search(
         return "defragmentation plans for whole GPUs or a share of one GPU only"
     mask = state.schedulable & (state.gpu_count >= req.count)
     mask &= (state.cpu_cap >= pod.cpu_milli) & (state.mem_cap >= pod.memory_mib)
+    for key, value in pod.node_selector:
+        mask &= state.label_mask(key, value)
     if req.models:
         ids = [state.model_ids[m] for m in req.models if m in state.model_ids]
         mask &= np.isin(state.model_id, ids)

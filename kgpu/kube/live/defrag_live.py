@@ -18,7 +18,8 @@ PodDisruptionBudgets are cached too (``policy/v1`` where the server serves it, e
    above 1) whose waiting pods the session left Unschedulable, each planned as one, for
    its ``minMember`` less its running pods (the planner's ``Gang``): room for one member
    is no room for the gang. A gang that requires a topology domain (a level the profile
-   declares) gets no moves: the planner places pods one by one, not in a domain. Nor does
+   declares) is planned in one domain of that level at a time
+   (:mod:`kgpu.actions.defrag_domains` says which). Nor does
    a pod or gang its queue's quota holds back: room would not let it run, and moving
    other tenants' pods for it would only disrupt them. At most
    ``MAX_WAITING_PER_ROUND`` pods, a gang counting its waiting pods, and no gang with more.
@@ -49,7 +50,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
-from kgpu.actions.defrag_planner import Gang, Move, plan_moves
+from kgpu.actions.defrag_domains import gang_domains
+from kgpu.actions.defrag_planner import Domain, Gang, Move, plan_moves
 from kgpu.framework.defrag_config import Defragmentation
 from kgpu.framework.scheduler import Scheduler
 from kgpu.framework.status import Code
@@ -73,7 +75,8 @@ from kgpu.kube.objects.fields import ConversionError
 from kgpu.kube.objects.queue_podgroup import pod_group_of
 from kgpu.model.ledger import QUOTA_CODES
 from kgpu.model.pod import PodKey, PodSpec
-from kgpu.model.topology_request import REQUIRED
+from kgpu.model.topology_request import TopologyRequestError, gang_request
+from kgpu.state.topology_domains import TopologyDomains
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +120,12 @@ class DefragLive:
         config: Defragmentation,
         budgets: Informer,
         *,
-        topology: bool = False,
+        levels: tuple[tuple[str, str], ...] = (),
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.topology = topology  # the profile declares topology levels
+        self.levels = levels  # the profile's topology levels (name, node label)
         self.budgets = budgets
         self.recorder = recorder
         self.metrics = metrics
@@ -278,6 +281,7 @@ class DefragLive:
                 gangs[job] = [spec]
                 order.append(job)
         state = d.snap.state
+        found = _Domains(d, self.levels)
         out: list[PodSpec | Gang] = []
         count = 0
         for item in order:
@@ -296,27 +300,18 @@ class DefragLive:
             if not any(m.gpu.count for m in members) or any(m.key in held for m in members):
                 continue
             self._first[item] = members[0].key
-            why = self._no_gang_moves(members)
-            if why:
-                skipped[item] = f"gang {item}: {why}"
+            where: tuple[Domain, ...] | str = (
+                found.of(item, members)
+                if len(members) <= MAX_WAITING_PER_ROUND
+                else f"{len(members)} of its pods wait; defragmentation plans for gangs of at "
+                f"most {MAX_WAITING_PER_ROUND} waiting pods"
+            )
+            if isinstance(where, str):
+                skipped[item] = f"gang {item}: {where}"
             elif count + len(members) <= MAX_WAITING_PER_ROUND:
-                out.append(Gang(item, tuple(members)))
+                out.append(Gang(item, tuple(members), where))
                 count += len(members)
         return out
-
-    def _no_gang_moves(self, members: list[PodSpec]) -> str:
-        """Why a gang asking for GPUs gets no moves, or "" where it may."""
-        if len(members) > MAX_WAITING_PER_ROUND:
-            return (
-                f"{len(members)} of its pods wait; defragmentation plans for gangs of at most "
-                f"{MAX_WAITING_PER_ROUND} waiting pods"
-            )
-        if self.topology and any(k in m.annotations for m in members for k in REQUIRED):
-            return (
-                "it requires a topology domain, and defragmentation makes room pod by pod, "
-                "not within a domain"
-            )
-        return ""
 
     def _read_budgets(self) -> list[tuple[str, LiveBudget | None]]:
         """Every cached budget by key, None for one refused; a Warning for each newly bad."""
@@ -363,3 +358,37 @@ class DefragLive:
         )
         log.warning("%s", message)
         self.recorder.emit(obj, WARNING, "InvalidPodDisruptionBudget", message)
+
+
+class _Domains:
+    """The domains a round plans each gang in, where it requires one of a level the
+    profile declares; the domains of every level are worked out for the first such gang."""
+
+    def __init__(self, d: Decided, levels: tuple[tuple[str, str], ...]) -> None:
+        self.d = d
+        self.levels = levels
+        self._domains: TopologyDomains | None = None
+
+    def of(self, job: str, members: list[PodSpec]) -> tuple[Domain, ...] | str:
+        """The gang's domains, in order (empty: anywhere), or why it gets no moves."""
+        if not self.levels:
+            return ()
+        try:
+            request = gang_request(members, self.levels)
+        except TopologyRequestError as exc:
+            return str(exc)
+        if request is None or request.required is None:
+            return ()  # a preferred level only: placement may spread it when no domain holds it
+        d = self.d
+        if self._domains is None:
+            self._domains = TopologyDomains(d.snap.state, self.levels)
+        allocations = d.snap.state.allocations
+        running = [
+            alloc.node
+            for pod in d.snap.bound
+            if str(pod_group_of(pod.spec)) == job
+            and (alloc := allocations.get(pod.spec.key)) is not None
+        ]
+        group = d.objects.jobs.get(pod_group_of(members[0]))
+        need = (group.min_member if group is not None else 1) - len(running)
+        return gang_domains(self._domains, request.required, members[: max(need, 0)], running)

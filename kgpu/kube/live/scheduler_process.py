@@ -217,7 +217,7 @@ class RunningScheduler:
                 elector.is_leader if elector is not None else lambda: True,
                 self.profile.defragmentation,
                 budgets,
-                topology=bool(self.profile.topology.levels),
+                levels=self.profile.topology.pairs,
             )
         self.loop = SchedulerLoop(
             self.client,
