@@ -110,18 +110,26 @@ def test_no_pod_moves_for_a_gang_its_queue_holds_back(
     assert events(double, "NotDefragmenting") == []
 
 
-def rack_gang(api: KubeDouble, directory: Path, racks: dict[str, str]) -> RunOptions:
+def rack_gang(
+    api: KubeDouble,
+    directory: Path,
+    racks: dict[str, str],
+    *,
+    gpus: int = 2,
+    waiting: tuple[str, ...] = ("g0", "g1"),
+) -> RunOptions:
     """Nodes of 2 GPUs in ``racks`` (node: rack), two idle nodes of one GPU in none, a gang
-    of two pods of 2 GPUs that requires a rack, and a scheduler's options under a profile
-    that declares racks, with defragmentation on."""
+    of two (``waiting`` its pods that wait, of ``gpus`` GPUs each) that requires a rack,
+    and a scheduler's options under a profile that declares racks, with defragmentation
+    on."""
     for name, rack in racks.items():
         api.put(node_obj(name, gpus=2, labels={RACK: rack}))
     for name in ("n3", "n4"):
         api.put(node_obj(name, gpus=1))
     api.put(queue_obj("team", deserved={"gpu": 8}))
     api.put(podgroup_obj("train", "team", 2))
-    for i in range(2):
-        pod = member(f"g{i}", "train", gpus=2)
+    for name in waiting:
+        pod = member(name, "train", gpus=gpus)
         pod["metadata"]["annotations"]["kgpu.io/topology-required"] = "rack"
         api.put(pod)
     body = builtin_profiles()["kgpu"].model_dump(mode="json", by_alias=True, exclude={"name"})
@@ -182,3 +190,22 @@ def test_a_gang_whose_rack_moves_cannot_free_is_told_why(
         f"defragmentation: no moves for {GANG}: {why}"
     ]
     assert evictions(double) == []
+
+
+def test_a_gang_with_a_pod_running_gets_its_moves_in_that_pod_s_rack(
+    double: KubeDouble,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """g0 runs in rack r2 (n5), beside a movable pod; g1 (one GPU) waits. Rack r1 (n1, two
+    movable pods) comes first by name and moves there would fit g1, but the gang joins its
+    running pod's rack: the mover on n5 moves, and g1 starts beside g0."""
+    options = rack_gang(double, tmp_path, {"n1": "r1", "n5": "r2"}, gpus=1, waiting=("g1",))
+    gang = {"scheduling.k8s.io/group-name": "train", "kgpu.io/topology-required": "rack"}
+    running(double, "g0", "n5", 0, annotations=gang)
+    running(double, "mover1", "n1", 0)
+    running(double, "mover2", "n1", 1)
+    running(double, "mover3", "n5", 1)
+    with schedulers() as run:
+        run(options)
+        wait_until(lambda: double.bound().get("g1") == "n5")
+    assert evictions(double) == [("mover3", 201)]

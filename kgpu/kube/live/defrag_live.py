@@ -19,10 +19,10 @@ PodDisruptionBudgets are cached too (``policy/v1`` where the server serves it, e
    its ``minMember`` less its running pods (the planner's ``Gang``): room for one member
    is no room for the gang. A gang that requires a topology domain (a level the profile
    declares) is planned in one domain of that level at a time
-   (:mod:`kgpu.actions.defrag_domains` says which). Nor does
-   a pod or gang its queue's quota holds back: room would not let it run, and moving
-   other tenants' pods for it would only disrupt them. At most
-   ``MAX_WAITING_PER_ROUND`` pods, a gang counting its waiting pods, and no gang with more.
+   (:mod:`kgpu.actions.defrag_domains` says which). A pod or gang its queue's quota holds
+   back gets no moves: room would not let it run, and moving other tenants' pods for it
+   would only disrupt them. At most ``MAX_WAITING_PER_ROUND`` pods, a gang counting its
+   waiting pods, and no gang with more.
 4. The rate limit: at most ``maxEvictionsPerMinute`` evictions asked in any 60 seconds;
    a round plans no more moves than are left, and none when none are.
 5. The facts (:mod:`kgpu.kube.live.defrag_facts`) and the plan, over the session's state
