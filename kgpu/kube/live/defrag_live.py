@@ -362,12 +362,14 @@ class DefragLive:
 
 class _Domains:
     """The domains a round plans each gang in, where it requires one of a level the
-    profile declares; the domains of every level are worked out for the first such gang."""
+    profile declares; the domains of every level, and the nodes of each job's running
+    pods, are worked out for the first such gang (one walk of the bound pods)."""
 
     def __init__(self, d: Decided, levels: tuple[tuple[str, str], ...]) -> None:
         self.d = d
         self.levels = levels
         self._domains: TopologyDomains | None = None
+        self._running: dict[str, list[int]] = {}
 
     def of(self, job: str, members: list[PodSpec]) -> tuple[Domain, ...] | str:
         """The gang's domains, in order (empty: anywhere), or why it gets no moves."""
@@ -382,13 +384,13 @@ class _Domains:
         d = self.d
         if self._domains is None:
             self._domains = TopologyDomains(d.snap.state, self.levels)
-        allocations = d.snap.state.allocations
-        running = [
-            alloc.node
-            for pod in d.snap.bound
-            if str(pod_group_of(pod.spec)) == job
-            and (alloc := allocations.get(pod.spec.key)) is not None
-        ]
+            allocations = d.snap.state.allocations
+            for pod in d.snap.bound:
+                alloc = allocations.get(pod.spec.key)
+                of = str(pod_group_of(pod.spec))
+                if alloc is not None and of:
+                    self._running.setdefault(of, []).append(alloc.node)
+        running = self._running.get(job, [])
         group = d.objects.jobs.get(pod_group_of(members[0]))
         need = (group.min_member if group is not None else 1) - len(running)
         return gang_domains(self._domains, request.required, members[: max(need, 0)], running)
