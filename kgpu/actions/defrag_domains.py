@@ -34,10 +34,9 @@ def gang_domains(
     if not len(at):
         return f"no node has the label {at.label} of level {at.name}"
     if running_on:
-        held = {int(at.of_node[n]) for n in running_on}
-        if len(held) != 1 or -1 in held:
+        order = at.holding(running_on)
+        if len(order) != 1 or order[0] < 0:
             return f"its running pods are on nodes of more than one {at.name}, or of none"
-        order = sorted(held)
     else:
         state = domains.state
         open_ = state.schedulable

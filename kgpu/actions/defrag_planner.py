@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
@@ -63,7 +63,7 @@ from kgpu.model.gpu import GpuKind
 from kgpu.model.pod import PodKey, PodSpec
 from kgpu.model.units import MILLI_PER_GPU
 from kgpu.state.cluster import Allocation, ClusterState
-from kgpu.state.topology_domains import Selector
+from kgpu.state.topology_domains import Selector, pinned
 
 # Bounds on one waiting pod's search, so that a round costs the same on any cluster:
 # pods of one node looked at, subsets counted over all its nodes, trials run.
@@ -239,17 +239,12 @@ def _plan_gang(
         return _start_gang(state, members, facts, find, config, taken, budget)
     whys: list[str] = []
     for domain in gang.domains:
-        pinned = tuple(_pinned(pod, domain.selector) for pod in members)
-        found = _start_gang(state, pinned, facts, find, config, taken, budget)
+        held = tuple(pinned(pod, domain.selector) for pod in members)
+        found = _start_gang(state, held, facts, find, config, taken, budget)
         if not isinstance(found, str):
             return found
         whys.append(f"{domain.name}: {found}")
     return "moves start it in none of the domains it may use: " + "; ".join(whys)
-
-
-def _pinned(pod: PodSpec, selector: Selector) -> PodSpec:
-    """``pod`` held to the nodes with the labels of ``selector`` too."""
-    return replace(pod, node_selector=tuple(sorted({*pod.node_selector, *selector})))
 
 
 def _start_gang(

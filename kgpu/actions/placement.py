@@ -28,6 +28,7 @@ from kgpu.model.job import JobInfo, Task
 from kgpu.model.pod import PodSpec
 from kgpu.plugins.node.gpu_fit import GpuFit
 from kgpu.plugins.node.resource_fit import NodeResourcesFit
+from kgpu.state.topology_domains import pinned
 
 Option = tuple[PodSpec, str | None]
 
@@ -145,7 +146,7 @@ class Placer:
         cards: list[str | None] = []
         for pod, card in self.options(task):
             if within:  # topology (kgpu.actions.topology_placement): the NodeSelector holds it
-                pod = replace(pod, node_selector=tuple(sorted({*pod.node_selector, *within})))
+                pod = pinned(pod, within)
             vec = session.vector(task, card)
             verdict = session.check_allocatable(job, task, vec)
             if verdict is None:

@@ -162,12 +162,8 @@ def _domains_held(session: Session, job: JobInfo, level: LevelDomains) -> list[i
     """The domains of ``level`` holding the job's running or placed pods (-1: a node in
     none), sorted; empty when it holds none."""
     allocations = session.state.allocations
-    found: set[int] = set()
-    for task in (*job.running, *job.placed):
-        alloc = allocations.get(task.pod.key)
-        if alloc is not None:
-            found.add(int(level.of_node[alloc.node]))
-    return sorted(found)
+    tasks = (*job.running, *job.placed)
+    return level.holding(a.node for t in tasks if (a := allocations.get(t.pod.key)) is not None)
 
 
 def _ancestor(levels: Sequence[LevelDomains], start: int, domain: int, index: int) -> int:

@@ -11,11 +11,12 @@ worked out once per state; their free room is read off the state's arrays when a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kgpu.model.pod import PodSpec
 from kgpu.state.cluster import ClusterState, IntArray
 
 Selector = tuple[tuple[str, str], ...]  # node label pairs, as PodSpec.node_selector
@@ -41,6 +42,10 @@ class LevelDomains:
     def __len__(self) -> int:
         return len(self.names)
 
+    def holding(self, nodes: Iterable[int]) -> list[int]:
+        """The domains ``nodes`` are in (-1: a node in none), sorted."""
+        return sorted({int(self.of_node[n]) for n in nodes})
+
     def sums(self, per_node: IntArray) -> IntArray:
         """``per_node`` summed over each domain's nodes."""
         inside = self.of_node >= 0
@@ -48,6 +53,12 @@ class LevelDomains:
             self.of_node[inside], weights=per_node[inside].astype(np.float64), minlength=len(self)
         )
         return np.rint(totals).astype(np.int64)
+
+
+def pinned(pod: PodSpec, selector: Selector) -> PodSpec:
+    """``pod`` held to the nodes that also have the labels of ``selector`` (a domain's),
+    through its node selector, which the profile's NodeSelector filter holds it to."""
+    return replace(pod, node_selector=tuple(sorted({*pod.node_selector, *selector})))
 
 
 class TopologyDomains:

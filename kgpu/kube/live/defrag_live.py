@@ -292,7 +292,7 @@ class DefragLive:
                     continue
                 # A whole cycle each: asked only of the pods the round may still take.
                 if scheduler.placement(state, item) is not None:
-                    continue  # it fits now: what held it back is not room (a quota)
+                    continue  # it fits now: what held it back is not room
                 out.append(item)
                 count += 1
                 continue
@@ -391,6 +391,5 @@ class _Domains:
                 if alloc is not None and of:
                     self._running.setdefault(of, []).append(alloc.node)
         running = self._running.get(job, [])
-        group = d.objects.jobs.get(pod_group_of(members[0]))
-        need = (group.min_member if group is not None else 1) - len(running)
+        need = d.objects.jobs[pod_group_of(members[0])].min_member - len(running)
         return gang_domains(self._domains, request.required, members[: max(need, 0)], running)
